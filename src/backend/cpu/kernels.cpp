@@ -1,0 +1,169 @@
+// Highway implementation of the kernels of kernels.h, compiled once per SIMD target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend/cpu/kernels.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+
+#include "backend/cpu/kernels.h"
+
+#include <cstring>
+
+HWY_BEFORE_NAMESPACE();
+namespace eg::cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+
+// Loads N floats of weight type W at w + i, converted to f32.
+template <typename W>
+HWY_INLINE hn::Vec<DF> LoadW(DF df, const W* w, size_t i) {
+  if constexpr (std::is_same_v<W, float>) {
+    return hn::LoadU(df, w + i);
+  } else {
+    const hn::Rebind<W, DF> dw;
+    return hn::PromoteTo(df, hn::LoadU(dw, w + i));
+  }
+}
+
+template <typename W>
+HWY_INLINE float ScalarW(const W* w, size_t i) {
+  if constexpr (std::is_same_v<W, float>) {
+    return w[i];
+  } else if constexpr (std::is_same_v<W, hwy::bfloat16_t>) {
+    return hwy::F32FromBF16(w[i]);
+  } else {
+    uint16_t bits;
+    std::memcpy(&bits, &w[i], 2);
+    return f16_to_f32(bits);
+  }
+}
+
+// The canonical order: acc0 takes chunks 0,2,4..., acc1 chunks 1,3,5...; then acc0+acc1 reduced,
+// then the scalar tail added in index order.
+template <typename W>
+HWY_INLINE float DotT(const float* HWY_RESTRICT x, const W* HWY_RESTRICT w, size_t n) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+  size_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    acc0 = hn::MulAdd(hn::LoadU(df, x + i), LoadW(df, w, i), acc0);
+    acc1 = hn::MulAdd(hn::LoadU(df, x + i + N), LoadW(df, w, i + N), acc1);
+  }
+  if (i + N <= n) {
+    acc0 = hn::MulAdd(hn::LoadU(df, x + i), LoadW(df, w, i), acc0);
+    i += N;
+  }
+  float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0, acc1)));
+  for (; i < n; ++i) s += x[i] * ScalarW(w, i);
+  return s;
+}
+
+template <typename W>
+HWY_INLINE void Dot4T(const float* const* x, const W* HWY_RESTRICT w, size_t n, float* out) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  auto a00 = hn::Zero(df), a01 = hn::Zero(df), a10 = hn::Zero(df), a11 = hn::Zero(df);
+  auto a20 = hn::Zero(df), a21 = hn::Zero(df), a30 = hn::Zero(df), a31 = hn::Zero(df);
+  const float* HWY_RESTRICT x0 = x[0];
+  const float* HWY_RESTRICT x1 = x[1];
+  const float* HWY_RESTRICT x2 = x[2];
+  const float* HWY_RESTRICT x3 = x[3];
+  size_t i = 0;
+  for (; i + 2 * N <= n; i += 2 * N) {
+    const auto w0 = LoadW(df, w, i);
+    const auto w1 = LoadW(df, w, i + N);
+    a00 = hn::MulAdd(hn::LoadU(df, x0 + i), w0, a00);
+    a01 = hn::MulAdd(hn::LoadU(df, x0 + i + N), w1, a01);
+    a10 = hn::MulAdd(hn::LoadU(df, x1 + i), w0, a10);
+    a11 = hn::MulAdd(hn::LoadU(df, x1 + i + N), w1, a11);
+    a20 = hn::MulAdd(hn::LoadU(df, x2 + i), w0, a20);
+    a21 = hn::MulAdd(hn::LoadU(df, x2 + i + N), w1, a21);
+    a30 = hn::MulAdd(hn::LoadU(df, x3 + i), w0, a30);
+    a31 = hn::MulAdd(hn::LoadU(df, x3 + i + N), w1, a31);
+  }
+  if (i + N <= n) {
+    const auto w0 = LoadW(df, w, i);
+    a00 = hn::MulAdd(hn::LoadU(df, x0 + i), w0, a00);
+    a10 = hn::MulAdd(hn::LoadU(df, x1 + i), w0, a10);
+    a20 = hn::MulAdd(hn::LoadU(df, x2 + i), w0, a20);
+    a30 = hn::MulAdd(hn::LoadU(df, x3 + i), w0, a30);
+    i += N;
+  }
+  float s0 = hn::GetLane(hn::SumOfLanes(df, hn::Add(a00, a01)));
+  float s1 = hn::GetLane(hn::SumOfLanes(df, hn::Add(a10, a11)));
+  float s2 = hn::GetLane(hn::SumOfLanes(df, hn::Add(a20, a21)));
+  float s3 = hn::GetLane(hn::SumOfLanes(df, hn::Add(a30, a31)));
+  for (; i < n; ++i) {
+    const float wi = ScalarW(w, i);
+    s0 += x0[i] * wi;
+    s1 += x1[i] * wi;
+    s2 += x2[i] * wi;
+    s3 += x3[i] * wi;
+  }
+  out[0] = s0;
+  out[1] = s1;
+  out[2] = s2;
+  out[3] = s3;
+}
+
+float Dot(const float* x, const void* w, DType t, size_t n) {
+  switch (t) {
+    case DType::F32: return DotT(x, static_cast<const float*>(w), n);
+    case DType::BF16: return DotT(x, static_cast<const hwy::bfloat16_t*>(w), n);
+    case DType::F16: return DotT(x, static_cast<const hwy::float16_t*>(w), n);
+  }
+  return 0.0f;
+}
+
+void Dot4(const float* const* x, const void* w, DType t, size_t n, float* out) {
+  switch (t) {
+    case DType::F32: return Dot4T(x, static_cast<const float*>(w), n, out);
+    case DType::BF16: return Dot4T(x, static_cast<const hwy::bfloat16_t*>(w), n, out);
+    case DType::F16: return Dot4T(x, static_cast<const hwy::float16_t*>(w), n, out);
+  }
+}
+
+template <typename W>
+HWY_INLINE void ToF32T(const W* src, size_t n, float* dst) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  size_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(LoadW(df, src, i), df, dst + i);
+  for (; i < n; ++i) dst[i] = ScalarW(src, i);
+}
+
+void ToF32(const void* src, DType t, size_t n, float* dst) {
+  switch (t) {
+    case DType::F32: return ToF32T(static_cast<const float*>(src), n, dst);
+    case DType::BF16: return ToF32T(static_cast<const hwy::bfloat16_t*>(src), n, dst);
+    case DType::F16: return ToF32T(static_cast<const hwy::float16_t*>(src), n, dst);
+  }
+}
+
+const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace eg::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace eg::cpu {
+HWY_EXPORT(Dot);
+HWY_EXPORT(Dot4);
+HWY_EXPORT(ToF32);
+HWY_EXPORT(TargetName);
+
+float dot(const float* x, const void* w, DType wtype, size_t n) {
+  return HWY_DYNAMIC_DISPATCH(Dot)(x, w, wtype, n);
+}
+void dot4(const float* const x[4], const void* w, DType wtype, size_t n, float out[4]) {
+  HWY_DYNAMIC_DISPATCH(Dot4)(x, w, wtype, n, out);
+}
+void to_f32(const void* src, DType t, size_t n, float* dst) {
+  HWY_DYNAMIC_DISPATCH(ToF32)(src, t, n, dst);
+}
+const char* simd_target_name() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }
+}  // namespace eg::cpu
+#endif

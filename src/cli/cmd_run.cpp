@@ -1,0 +1,155 @@
+// `edgegemma run`: generate a continuation of a prompt, streamed to stdout.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "backend/cpu/kernels.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "engine/generator.h"
+#include "engine/loaded_model.h"
+#include "tokenizer/chat_template.h"
+
+namespace eg::cli {
+
+namespace {
+
+struct RunArgs {
+  std::string model_dir;
+  std::string prompt;
+  bool prompt_given = false;
+  std::string prompt_file;
+  int n_predict = 256;
+  float temp = 0.0f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  uint64_t seed = 0;
+  int ctx = 0;
+  bool chat = false;
+  std::string system;
+  bool stats = false;
+  bool json = false;
+  bool no_bos = false;
+  bool ignore_eos = false;
+};
+
+std::string get_prompt(const RunArgs& a) {
+  if (a.prompt_given && !a.prompt_file.empty()) throw Error("give either -p or -f, not both");
+  if (a.prompt_given) return a.prompt;
+  if (!a.prompt_file.empty()) return read_text_file(a.prompt_file);
+  if (isatty(STDIN_FILENO)) throw Error("no prompt: use -p TEXT, -f FILE or pipe text to stdin");
+  std::stringstream ss;
+  ss << std::cin.rdbuf();
+  return ss.str();
+}
+
+nlohmann::json stats_json(const LoadedModel& lm, const GenerationStats& s) {
+  return {{"load_ms", lm.load_ms()},
+          {"prompt_tokens", s.prompt_tokens},
+          {"generated_tokens", s.generated_tokens},
+          {"ttft_ms", s.ttft_ms},
+          {"prefill_ms", s.prefill_ms},
+          {"prefill_tok_s", s.prefill_tok_s},
+          {"decode_ms", s.decode_ms},
+          {"decode_tok_s", s.decode_tok_s},
+          {"peak_rss_bytes", peak_rss_bytes()},
+          {"simd", cpu::simd_target_name()}};
+}
+
+int run(const RunArgs& a) {
+  std::string text = get_prompt(a);
+  if (text.empty()) throw Error("empty prompt");
+  if (!a.system.empty() && !a.chat) throw Error("--system needs --chat");
+  const std::string dir = a.model_dir.empty() ? default_model_dir() : a.model_dir;
+  auto lm = LoadedModel::load_dir(dir);
+  for (const auto& n : lm->notes()) std::fprintf(stderr, "edgegemma: note: %s\n", n.c_str());
+  const Tokenizer& tok = lm->tokenizer();
+
+  std::vector<int32_t> prompt;
+  if (a.chat) {
+    std::vector<ChatMessage> msgs;
+    if (!a.system.empty()) msgs.push_back({"system", a.system});
+    msgs.push_back({"user", text});
+    const int32_t bos = tok.bos_id();
+    // The template starts with the BOS text: encode without adding another one.
+    const std::string rendered = render_gemma3_chat(msgs, true, bos >= 0 ? tok.piece(bos) : "");
+    prompt = lm->encode_prompt(rendered, /*no_bos=*/true);
+  } else {
+    prompt = lm->encode_prompt(text, a.no_bos);
+  }
+
+  GenerateOptions opt;
+  opt.max_new_tokens = a.n_predict;
+  opt.ignore_eos = a.ignore_eos;
+  opt.context_size = a.ctx;
+  opt.sampling = {a.temp, a.top_k, a.top_p, a.min_p, a.seed};
+
+  StreamingDetokenizer detok(tok);
+  std::string text_out;
+  const auto& stops = lm->stop_ids();
+  auto on_token = [&](int32_t id) {
+    // A stop id that ends generation is not part of the text.
+    if (!a.ignore_eos && std::find(stops.begin(), stops.end(), id) != stops.end()) return true;
+    std::string piece = detok.push(id);
+    text_out += piece;
+    if (!a.json && !piece.empty()) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+    return true;
+  };
+  GenerationResult r = generate(lm->model(), prompt, stops, opt, on_token);
+  std::string tail = detok.flush();
+  text_out += tail;
+
+  if (a.json) {
+    nlohmann::json j = {{"prompt_ids", prompt},
+                        {"generated_ids", r.ids},
+                        {"text", text_out},
+                        {"finish_reason", r.finish_reason},
+                        {"stats", stats_json(*lm, r.stats)}};
+    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  } else {
+    std::fwrite(tail.data(), 1, tail.size(), stdout);
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+  }
+  if (a.stats) {
+    const GenerationStats& s = r.stats;
+    std::fprintf(stderr,
+                 "load: %.1f ms | prompt: %d tokens | TTFT: %.1f ms | prefill: %.1f tok/s | "
+                 "decode: %d tokens, %.1f tok/s | peak RSS: %.1f MiB | SIMD: %s\n",
+                 lm->load_ms(), s.prompt_tokens, s.ttft_ms, s.prefill_tok_s, s.generated_tokens,
+                 s.decode_tok_s, peak_rss_bytes() / 1048576.0, cpu::simd_target_name());
+  }
+  return 0;
+}
+
+}  // namespace
+
+Action register_run(CLI::App& app) {
+  auto a = std::make_shared<RunArgs>();
+  app.add_option("-m,--model", a->model_dir, "model directory (default: bundled tiny-gemma3)");
+  app.add_option("-p,--prompt", a->prompt, "prompt text")->each([a](const std::string&) { a->prompt_given = true; });
+  app.add_option("-f,--file", a->prompt_file, "read the prompt from a file");
+  app.add_option("-n,--n-predict", a->n_predict, "max new tokens (default 256)")->check(CLI::NonNegativeNumber);
+  app.add_option("--temp", a->temp, "sampling temperature; 0 = greedy (default 0)");
+  app.add_option("--top-k", a->top_k, "keep the K most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
+  app.add_option("--top-p", a->top_p, "nucleus sampling mass (1 = off)")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--min-p", a->min_p, "drop tokens below min-p x top probability (0 = off)")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--seed", a->seed, "random seed (same seed, same text)");
+  app.add_option("-c,--ctx", a->ctx, "context size in tokens (default: the model's)")->check(CLI::NonNegativeNumber);
+  app.add_flag("--chat", a->chat, "wrap the prompt in the model's chat template (one user turn)");
+  app.add_option("--system", a->system, "system text for --chat (folded into the first user turn)");
+  app.add_flag("--stats", a->stats, "print load time, TTFT, prefill/decode tok/s, peak RSS to stderr");
+  app.add_flag("--json", a->json, "print one JSON object: prompt_ids, generated_ids, text, stats");
+  app.add_flag("--no-bos", a->no_bos, "do not add <bos> (for text that already carries it)");
+  app.add_flag("--ignore-eos", a->ignore_eos, "keep generating through <eos>/<end_of_turn>");
+  return [a] { return run(*a); };
+}
+
+}  // namespace eg::cli

@@ -1,0 +1,24 @@
+// The edgegemma command-line frontend: one registration function per subcommand.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <string>
+
+namespace eg::cli {
+
+/// A subcommand registers its options on `app` and returns the action run when it was chosen.
+/// The action returns the process exit code; it may throw eg::Error (printed by main).
+using Action = std::function<int()>;
+
+Action register_run(CLI::App& app);
+Action register_tokenize(CLI::App& app);
+Action register_synth(CLI::App& app);
+
+/// The model directory used when -m is not given: models/tiny-gemma3 of the source tree, or next
+/// to the binary (../models/tiny-gemma3).
+std::string default_model_dir();
+
+/// Reads a whole file; throws eg::Error.
+std::string read_text_file(const std::string& path);
+
+}  // namespace eg::cli

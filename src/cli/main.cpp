@@ -1,0 +1,73 @@
+// edgegemma: run Gemma models locally. Subcommands: run, tokenize, synth.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+namespace eg::cli {
+
+std::string default_model_dir() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (const fs::path& cand : {exe.parent_path() / ".." / "models" / "tiny-gemma3",
+                                 exe.parent_path() / "models" / "tiny-gemma3"}) {
+      if (fs::exists(cand / "config.json")) return fs::weakly_canonical(cand).string();
+    }
+  }
+  return EDGEGEMMA_DEFAULT_MODEL_DIR;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error("cannot read " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+}  // namespace eg::cli
+
+int main(int argc, char** argv) {
+  CLI::App app{"edgegemma: run Google's Gemma models locally, fast and in little memory"};
+  app.require_subcommand(1);
+  std::vector<std::pair<CLI::App*, eg::cli::Action>> cmds;
+  auto add = [&](const char* name, const char* help, eg::cli::Action (*reg)(CLI::App&)) {
+    CLI::App* sub = app.add_subcommand(name, help);
+    cmds.emplace_back(sub, reg(*sub));
+  };
+  add("run", "generate text from a prompt (streams tokens to stdout)", eg::cli::register_run);
+  add("tokenize", "print the token ids and pieces of a text", eg::cli::register_tokenize);
+  add("synth", "write a random-weight checkpoint with the real shapes of a Gemma model",
+      eg::cli::register_synth);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --version and the like
+    std::fprintf(stderr, "edgegemma: error: %s (see --help)\n", e.what());
+    return 2;
+  }
+  try {
+    for (auto& [sub, action] : cmds)
+      if (sub->parsed()) return action();
+  } catch (const eg::Error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "edgegemma: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "edgegemma: error: out of memory\n");
+    return 1;
+  }
+  return 1;
+}

@@ -1,0 +1,70 @@
+#include "engine/generator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+
+namespace eg {
+
+namespace {
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+GenerationResult generate(const Model& model, const std::vector<int32_t>& prompt,
+                          const std::vector<int32_t>& stop_ids, const GenerateOptions& opt,
+                          const TokenCallback& on_token) {
+  const ModelConfig& cfg = model.config();
+  if (prompt.empty()) throw Error("empty prompt");
+  if (opt.max_new_tokens < 0) throw Error("max new tokens must be >= 0");
+  const int ctx = opt.context_size > 0 ? std::min(opt.context_size, cfg.max_position_embeddings)
+                                       : cfg.max_position_embeddings;
+  const int n_prompt = static_cast<int>(prompt.size());
+  if (n_prompt > ctx)
+    throw Error("prompt of " + std::to_string(n_prompt) + " tokens exceeds the context of " +
+                std::to_string(ctx) + " tokens");
+  Sampler sampler(opt.sampling);
+  GenerationResult r;
+  r.stats.prompt_tokens = n_prompt;
+  r.finish_reason = "length";
+  if (opt.max_new_tokens == 0) return r;
+
+  // Room for the prompt and every new token but the last (its K/V is never needed).
+  const int capacity = std::min(ctx, n_prompt + opt.max_new_tokens);
+  KVCache kv(cfg, capacity);
+  ForwardScratch scratch;
+  std::vector<float> logits;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  model.forward(prompt.data(), n_prompt, kv, scratch, LogitsMode::Last, logits);
+  r.stats.prefill_ms = ms_since(t0);
+  int32_t next = sampler.sample(logits.data(), cfg.vocab_size);
+  r.stats.ttft_ms = ms_since(t0);
+
+  const auto t1 = std::chrono::steady_clock::now();
+  for (;;) {
+    r.ids.push_back(next);
+    if (on_token && !on_token(next)) {
+      r.finish_reason = "cancelled";
+      break;
+    }
+    if (!opt.ignore_eos && std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) {
+      r.finish_reason = "stop";
+      break;
+    }
+    if (static_cast<int>(r.ids.size()) >= opt.max_new_tokens) break;
+    if (kv.n_past() >= capacity) break;  // context end
+    model.forward(&next, 1, kv, scratch, LogitsMode::Last, logits);
+    next = sampler.sample(logits.data(), cfg.vocab_size);
+  }
+  r.stats.decode_ms = ms_since(t1);
+  r.stats.generated_tokens = static_cast<int>(r.ids.size());
+  if (r.stats.prefill_ms > 0) r.stats.prefill_tok_s = n_prompt * 1000.0 / r.stats.prefill_ms;
+  if (r.ids.size() > 1 && r.stats.decode_ms > 0)
+    r.stats.decode_tok_s = (r.ids.size() - 1) * 1000.0 / r.stats.decode_ms;
+  return r;
+}
+
+}  // namespace eg

@@ -1,0 +1,46 @@
+// The generate loop: one batched prefill of the prompt, then decode one token at a time against
+// the KV cache, sampling each next token, until max_new_tokens, a stop id, or the context end.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/sampler.h"
+#include "model/model.h"
+
+namespace eg {
+
+struct GenerateOptions {
+  int max_new_tokens = 256;
+  bool ignore_eos = false;  // keep generating through stop ids
+  int context_size = 0;     // 0: the model's max_position_embeddings
+  SamplingParams sampling;
+};
+
+/// Timings in milliseconds; rates in tokens per second.
+struct GenerationStats {
+  int prompt_tokens = 0;
+  int generated_tokens = 0;
+  double prefill_ms = 0;  // the batched prompt pass
+  double ttft_ms = 0;     // prefill + first sample: time to first token
+  double decode_ms = 0;   // all decode steps after the first token
+  double prefill_tok_s = 0;
+  double decode_tok_s = 0;
+};
+
+struct GenerationResult {
+  std::vector<int32_t> ids;   // generated ids (a stop id that ended generation is included last)
+  std::string finish_reason;  // "stop" (stop id), "length" (max_new_tokens or context end), "cancelled"
+  GenerationStats stats;
+};
+
+/// Called with each generated id as soon as it is sampled; return false to stop ("cancelled").
+using TokenCallback = std::function<bool(int32_t id)>;
+
+/// Throws eg::Error for an empty prompt or a prompt that does not fit the context.
+GenerationResult generate(const Model& model, const std::vector<int32_t>& prompt,
+                          const std::vector<int32_t>& stop_ids, const GenerateOptions& opt,
+                          const TokenCallback& on_token);
+
+}  // namespace eg

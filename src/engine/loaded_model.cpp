@@ -1,0 +1,56 @@
+#include "engine/loaded_model.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace eg {
+
+LoadedModel::LoadedModel(std::unique_ptr<Model> m, Tokenizer t)
+    : model_(std::move(m)), tokenizer_(std::move(t)) {
+  const ModelConfig& cfg = model_->config();
+  auto add = [&](int id) {
+    if (id >= 0 && std::find(stop_ids_.begin(), stop_ids_.end(), id) == stop_ids_.end())
+      stop_ids_.push_back(id);
+  };
+  for (int id : cfg.eos_token_ids) add(id);
+  add(tokenizer_.token_id("<end_of_turn>"));
+  if (tokenizer_.vocab_size() > cfg.vocab_size)
+    throw Error("tokenizer has " + std::to_string(tokenizer_.vocab_size()) +
+                " tokens but the model's vocab_size is " + std::to_string(cfg.vocab_size));
+  if (cfg.multimodal_wrapper)
+    notes_.push_back("multimodal checkpoint: using the text decoder only (vision tower ignored)");
+  for (const auto& p : model_->weights().ignored_prefixes)
+    notes_.push_back("ignoring tensors under '" + p + "'");
+}
+
+std::unique_ptr<LoadedModel> LoadedModel::load_dir(const std::string& dir) {
+  const auto t0 = std::chrono::steady_clock::now();
+  namespace fs = std::filesystem;
+  if (!fs::exists(dir)) throw Error("model path does not exist: " + dir);
+  auto model = Model::load_dir(dir);
+  if (!fs::exists(fs::path(dir) / "tokenizer.json")) throw Error("missing tokenizer.json in " + dir);
+  Tokenizer tok = Tokenizer::load_dir(dir);
+  auto lm = std::make_unique<LoadedModel>(std::move(model), std::move(tok));
+  lm->load_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return lm;
+}
+
+std::vector<int32_t> LoadedModel::encode_prompt(const std::string& text, bool no_bos) const {
+  std::vector<int32_t> ids = tokenizer_.encode(text, tokenizer_.add_bos() && !no_bos, true);
+  const int32_t bos = tokenizer_.bos_id();
+  if (bos >= 0 && ids.size() >= 2 && ids[0] == bos && ids[1] == bos) ids.erase(ids.begin());
+  return ids;
+}
+
+size_t peak_rss_bytes() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<size_t>(ru.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+}  // namespace eg

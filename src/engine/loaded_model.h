@@ -1,0 +1,46 @@
+// A model ready to serve: the forward pass, its tokenizer, and which token ids end a turn.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace eg {
+
+class LoadedModel {
+ public:
+  /// Loads a Hugging Face model directory (config.json, *.safetensors, tokenizer.json,
+  /// tokenizer_config.json, optional generation_config.json). Throws eg::Error.
+  static std::unique_ptr<LoadedModel> load_dir(const std::string& dir);
+
+  const Model& model() const { return *model_; }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  /// Ids that end generation: eos_token_id of config.json and generation_config.json, plus
+  /// <end_of_turn> when the vocabulary has it.
+  const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
+  /// Wall time of load_dir in milliseconds.
+  double load_ms() const { return load_ms_; }
+  /// Things the user should know ("vision tower ignored: text-only inference").
+  const std::vector<std::string>& notes() const { return notes_; }
+
+  /// Prompt text -> ids with exactly one BOS at the start: add_bos follows the tokenizer's
+  /// add_bos_token unless `no_bos`; a duplicate BOS (text that already starts with "<bos>") is
+  /// removed. Special-token text is parsed as special tokens.
+  std::vector<int32_t> encode_prompt(const std::string& text, bool no_bos) const;
+
+  LoadedModel(std::unique_ptr<Model> m, Tokenizer t);
+
+ private:
+  std::unique_ptr<Model> model_;
+  Tokenizer tokenizer_;
+  std::vector<int32_t> stop_ids_;
+  double load_ms_ = 0;
+  std::vector<std::string> notes_;
+};
+
+/// Peak resident set size of this process in bytes (getrusage).
+size_t peak_rss_bytes();
+
+}  // namespace eg

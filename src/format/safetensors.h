@@ -1,0 +1,70 @@
+// safetensors reading (memory-mapped) and writing.
+//
+// Format (https://github.com/huggingface/safetensors): u64 little-endian header length N, then N
+// bytes of UTF-8 JSON {"name": {"dtype": "BF16", "shape": [..], "data_offsets": [begin, end]}, ...,
+// optional "__metadata__": {str: str}}, then the data buffer; offsets are relative to the buffer.
+// Supported dtypes: F32, F16, BF16. Every header is validated before use: JSON syntax, field types,
+// dtype, offsets inside the file, end - begin == numel * dtype size. Any violation throws eg::Error
+// naming the file and the tensor.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/dtype.h"
+#include "format/mapped_file.h"
+
+namespace eg {
+
+/// One tensor inside a mapped file. Shape is in PyTorch order (outermost first, row-major).
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  const uint8_t* data = nullptr;  // points into the mapping (valid while the store lives)
+  size_t nbytes = 0;
+  int64_t numel() const;
+  std::string shape_str() const;  // "[256, 1024]"
+};
+
+/// The named tensors of one checkpoint: a single model.safetensors, or the shards listed by
+/// model.safetensors.index.json ({"weight_map": {name: shard file}}). Shards are mapped, not read.
+class TensorStore {
+ public:
+  /// Opens <dir>/model.safetensors.index.json if present, else <dir>/model.safetensors.
+  /// Throws eg::Error when neither exists or any file is invalid (a tensor listed in the index
+  /// but missing from its shard, duplicate names, bad headers...).
+  static TensorStore open_dir(const std::string& dir);
+  /// Opens one .safetensors file.
+  static TensorStore open_file(const std::string& path);
+
+  /// nullptr if absent.
+  const TensorInfo* find(const std::string& name) const;
+  /// All tensor names, sorted.
+  const std::vector<std::string>& names() const { return names_; }
+  /// Sum of all tensors' data bytes.
+  size_t total_bytes() const;
+
+ private:
+  void add_file(const std::string& path, const std::vector<std::string>* expected_names);
+  std::vector<std::shared_ptr<MappedFile>> files_;
+  std::unordered_map<std::string, TensorInfo> tensors_;
+  std::vector<std::string> names_;
+};
+
+/// A tensor to write: `data` must hold numel(shape) * dtype_size(dtype) bytes.
+struct TensorToWrite {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+};
+
+/// Writes a safetensors file (tensors in the given order, header padded to 8 bytes with spaces).
+/// `metadata` goes into "__metadata__". Throws eg::Error on I/O failure.
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::unordered_map<std::string, std::string>& metadata = {});
+
+}  // namespace eg

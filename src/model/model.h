@@ -1,0 +1,55 @@
+// Model: a loaded Gemma text decoder (config + mapped weights) and its forward pass.
+//
+// The forward pass follows ../shared/docs/gemma-architectures.md §0 and §2 (transformers
+// modeling_gemma3.py): x = E[ids]·√H; per layer: RMSNorm(1+w) → q/k/v projections → per-head
+// q_norm/k_norm → RoPE (half-split, per-layer θ) → GQA attention (causal, or sliding window of
+// W keys including the query) with scaling query_pre_attn_scalar^-0.5 → o_proj → post-attention
+// norm → residual; pre-FFW norm → GeGLU (tanh GELU) → post-FFW norm → residual; final norm,
+// tied LM head, optional final soft-capping. All compute in f32.
+//
+// A Model is shared read-only; per-sequence state lives in KVCache and ForwardScratch.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kv/kv_cache.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace eg {
+
+/// Reusable activation buffers of one sequence (grown on demand, never shrunk).
+struct ForwardScratch {
+  std::vector<float> x, h, q, k, v, attn, proj, gate, up, logits_in;
+};
+
+/// Which positions get logits.
+enum class LogitsMode { Last, All, None };
+
+class Model {
+ public:
+  /// Loads config.json (+ generation_config.json) and the safetensors of `dir`, validates every
+  /// tensor shape. Throws eg::Error.
+  static std::unique_ptr<Model> load_dir(const std::string& dir);
+  /// From an already parsed config and opened tensors.
+  Model(ModelConfig cfg, TensorStore store);
+
+  const ModelConfig& config() const { return cfg_; }
+  const ModelWeights& weights() const { return w_; }
+
+  /// Runs T tokens at positions kv.n_past() .. kv.n_past()+T-1 (one batched pass: matrix-matrix
+  /// products), appends their K/V to `kv` and advances it. Writes logits [V] for the last token
+  /// (Last), [T, V] for every token (All) or nothing (None) into `logits` (resized).
+  /// Throws eg::Error if the cache has no room for T more tokens or an id is outside the vocab.
+  void forward(const int32_t* tokens, int T, KVCache& kv, ForwardScratch& s, LogitsMode mode,
+               std::vector<float>& logits) const;
+
+ private:
+  ModelConfig cfg_;
+  ModelWeights w_;
+  std::vector<std::vector<float>> inv_freq_;  // per layer, [rope_dims/2]
+  float embed_scale_ = 1.0f;
+};
+
+}  // namespace eg

@@ -1,0 +1,150 @@
+#include "ops/ops.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+
+namespace eg::ops {
+
+void matmul(const float* x, int64_t T, const Weight& W, float* y) {
+  const int64_t N = W.rows, K = W.cols;
+  const size_t row_bytes = static_cast<size_t>(K) * dtype_size(W.dtype);
+  const auto* wbase = static_cast<const uint8_t*>(W.data);
+  // Parallel over output rows; each element is one dot product in the canonical order.
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const void* wrow = wbase + static_cast<size_t>(n) * row_bytes;
+    int64_t t = 0;
+    for (; t + 4 <= T; t += 4) {
+      const float* xs[4] = {x + t * K, x + (t + 1) * K, x + (t + 2) * K, x + (t + 3) * K};
+      float out[4];
+      cpu::dot4(xs, wrow, W.dtype, static_cast<size_t>(K), out);
+      for (int j = 0; j < 4; ++j) y[(t + j) * N + n] = out[j];
+    }
+    for (; t < T; ++t) y[t * N + n] = cpu::dot(x + t * K, wrow, W.dtype, static_cast<size_t>(K));
+  }
+}
+
+void rmsnorm(const float* x, int64_t rows, int64_t n, const void* w, DType wtype, float w_offset,
+             float eps, float* y) {
+  std::vector<float> wf;
+  if (w) {
+    wf.resize(static_cast<size_t>(n));
+    cpu::to_f32(w, wtype, static_cast<size_t>(n), wf.data());
+    for (auto& v : wf) v += w_offset;
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = y + r * n;
+    float ss = 0.0f;
+    for (int64_t i = 0; i < n; ++i) ss += xr[i] * xr[i];
+    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
+    if (w) {
+      for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] * inv) * wf[i];
+    } else {
+      for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * inv;
+    }
+  }
+}
+
+void rope_inv_freq(float theta, int64_t dim, float linear_factor, float* inv_freq) {
+  for (int64_t i = 0; i < dim / 2; ++i) {
+    const float expo = static_cast<float>(2 * i) / static_cast<float>(dim);
+    inv_freq[i] = (1.0f / std::pow(theta, expo)) / linear_factor;
+  }
+}
+
+void rope(float* x, int64_t T, int64_t heads, int64_t head_dim, int64_t rot_dims,
+          const int32_t* pos, const float* inv_freq) {
+  const int64_t half = rot_dims / 2;
+  std::vector<float> c(static_cast<size_t>(half)), s(static_cast<size_t>(half));
+  for (int64_t t = 0; t < T; ++t) {
+    const float p = static_cast<float>(pos[t]);
+    for (int64_t i = 0; i < half; ++i) {
+      const float a = p * inv_freq[i];
+      c[i] = std::cos(a);
+      s[i] = std::sin(a);
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      float* xh = x + (t * heads + h) * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float x1 = xh[i], x2 = xh[i + half];
+        xh[i] = x1 * c[i] - x2 * s[i];
+        xh[i + half] = x2 * c[i] + x1 * s[i];
+      }
+    }
+  }
+}
+
+void softcap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
+void softmax(float* x, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - m);
+    sum += x[i];
+  }
+  const float inv = 1.0f / sum;
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
+  const float k0 = 0.7978845608028654f;  // sqrt(2/pi)
+  const float k1 = 0.044715f;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    const float z = gate[i];
+    const float g = 0.5f * z * (1.0f + std::tanh(k0 * (z + k1 * z * z * z)));
+    out[i] = g * up[i];
+  }
+}
+
+void attention(const float* q, int64_t T, const int32_t* pos, const float* k, const float* v,
+               const AttentionParams& p, float* out) {
+  const int64_t H = p.n_heads, KVH = p.n_kv_heads, D = p.head_dim;
+  const int64_t group = H / KVH;
+  const int64_t max_keys = pos[T - 1] + 1;
+#pragma omp parallel
+  {
+    std::vector<float> scores(static_cast<size_t>(max_keys));
+#pragma omp for schedule(static) collapse(2)
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t qp = pos[t];
+        const int64_t first = p.window > 0 ? std::max<int64_t>(0, qp - p.window + 1) : 0;
+        const int64_t n = qp - first + 1;
+        const int64_t kvh = h / group;
+        const float* qh = q + (t * H + h) * D;
+        for (int64_t j = 0; j < n; ++j) {
+          const float* kr = k + ((first + j) * KVH + kvh) * D;
+          float sc = cpu::dot(qh, kr, DType::F32, static_cast<size_t>(D)) * p.scale;
+          if (p.softcap > 0.0f) sc = p.softcap * std::tanh(sc / p.softcap);
+          scores[j] = sc;
+        }
+        softmax(scores.data(), n);
+        float* oh = out + (t * H + h) * D;
+        std::fill(oh, oh + D, 0.0f);
+        for (int64_t j = 0; j < n; ++j) {
+          const float* vr = v + ((first + j) * KVH + kvh) * D;
+          const float pj = scores[j];
+          for (int64_t d = 0; d < D; ++d) oh[d] += pj * vr[d];
+        }
+      }
+    }
+  }
+}
+
+void add_inplace(float* dst, const float* src, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+
+}  // namespace eg::ops

@@ -1,0 +1,73 @@
+// Shape-agnostic operations of the transformer forward pass (float32 activations).
+//
+// Layouts are row-major; a "row" is the last (contiguous) axis. Weights may be F32, F16 or BF16
+// and are used in place (e.g. straight from a memory-mapped checkpoint). Every op is
+// deterministic: the result of an element does not depend on the thread count or on how many
+// rows are processed in one call. Threads: OpenMP inside each op.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace eg::ops {
+
+/// A weight matrix [rows, cols] (PyTorch nn.Linear layout [out_features, in_features]).
+struct Weight {
+  const void* data = nullptr;
+  DType dtype = DType::F32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+/// y[t, n] = sum_k x[t, k] * W[n, k]  (y = x·Wᵀ, as nn.Linear without bias).
+/// x: [T, K] f32 with K == W.cols; y: [T, W.rows] f32 (must not alias x).
+void matmul(const float* x, int64_t T, const Weight& W, float* y);
+
+/// RMSNorm over rows of length n: y = x · rsqrt(mean(x²) + eps) · (w_offset + w), all in f32.
+/// w: [n] of type wtype, or nullptr for the scale-less form (Gemma 4 v_norm).
+/// w_offset = 1 for Gemma 2/3 ("1 + w"), 0 for Gemma 4. y may alias x.
+void rmsnorm(const float* x, int64_t rows, int64_t n, const void* w, DType wtype, float w_offset,
+             float eps, float* y);
+
+/// Rotary embedding, half-split ("NeoX") pairing: channel i pairs with i + rot_dims/2, for
+/// i < rot_dims/2 (channels >= rot_dims are untouched). x: [T, heads, head_dim], in place.
+/// inv_freq: [rot_dims/2]; angle = float(pos[t]) * inv_freq[i] (f32, as HF computes it).
+void rope(float* x, int64_t T, int64_t heads, int64_t head_dim, int64_t rot_dims,
+          const int32_t* pos, const float* inv_freq);
+
+/// inv_freq[i] = 1 / (theta ^ (2i / dim)) / linear_factor in f32, i < dim/2
+/// (HF modeling_rope_utils "default" and "linear" rope types).
+void rope_inv_freq(float theta, int64_t dim, float linear_factor, float* inv_freq);
+
+/// x[i] = cap · tanh(x[i] / cap) (soft-capping, Gemma 2 attention / final logits).
+void softcap(float* x, int64_t n, float cap);
+
+/// Numerically stable softmax of one row, in place.
+void softmax(float* x, int64_t n);
+
+/// out[i] = gelu_tanh(gate[i]) · up[i]; gelu_tanh(z) = 0.5 z (1 + tanh(√(2/π)(z + 0.044715 z³)))
+/// (PyTorch gelu(approximate="tanh")). out may alias gate or up.
+void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out);
+
+/// Causal (optionally sliding-window) grouped-query attention of T new queries against a KV
+/// cache that already holds the keys/values of positions 0 .. pos[T-1].
+///   q:   [T, n_heads, head_dim]   queries at absolute positions pos[t] (RoPE already applied)
+///   k,v: [n_pos, n_kv_heads, head_dim] with row p = position p (f32)
+///   out: [T, n_heads, head_dim]
+/// Query head h uses kv head h / (n_heads / n_kv_heads). Key p is visible to query position q
+/// iff p <= q and (window <= 0 or q - p < window). scores = (q·k)·scale, then
+/// softcap (if > 0), softmax in f32, out = Σ p·v.
+struct AttentionParams {
+  int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float scale = 1.0f;
+  float softcap = 0.0f;  // 0 = none
+  int64_t window = 0;    // 0 = full causal
+};
+void attention(const float* q, int64_t T, const int32_t* pos, const float* k, const float* v,
+               const AttentionParams& p, float* out);
+
+/// dst[i] += src[i]
+void add_inplace(float* dst, const float* src, int64_t n);
+
+}  // namespace eg::ops

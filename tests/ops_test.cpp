@@ -1,0 +1,231 @@
+// Kernels against plain double-precision references on random non-zero inputs of awkward sizes.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "core/dtype.h"
+#include "ops/ops.h"
+
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    x = d(rng);
+    if (x == 0.0f) x = 0.5f;
+  }
+  return v;
+}
+
+// A weight matrix stored as `t`, plus its exact f32 values.
+struct TestWeight {
+  std::vector<uint8_t> bytes;
+  std::vector<float> exact;
+  eg::ops::Weight w;
+};
+
+TestWeight make_weight(int64_t rows, int64_t cols, eg::DType t, uint32_t seed) {
+  TestWeight tw;
+  tw.exact = randn(rows * cols, seed, 0.1f);
+  tw.bytes.resize(rows * cols * eg::dtype_size(t));
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    if (t == eg::DType::F32) {
+      std::memcpy(tw.bytes.data() + 4 * i, &tw.exact[i], 4);
+    } else {
+      const uint16_t h = t == eg::DType::BF16 ? eg::f32_to_bf16(tw.exact[i]) : eg::f32_to_f16(tw.exact[i]);
+      std::memcpy(tw.bytes.data() + 2 * i, &h, 2);
+      tw.exact[i] = t == eg::DType::BF16 ? eg::bf16_to_f32(h) : eg::f16_to_f32(h);
+    }
+  }
+  tw.w = {tw.bytes.data(), t, rows, cols};
+  return tw;
+}
+
+TEST(Dtype, F16RoundTripAndSpecials) {
+  for (float f : {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 6.1035156e-05f, 5.9604645e-08f, 0.333251953125f})
+    EXPECT_EQ(eg::f16_to_f32(eg::f32_to_f16(f)), f) << f;
+  EXPECT_TRUE(std::isinf(eg::f16_to_f32(eg::f32_to_f16(1e6f))));
+  EXPECT_TRUE(std::isnan(eg::f16_to_f32(eg::f32_to_f16(NAN))));
+  EXPECT_EQ(eg::bf16_to_f32(eg::f32_to_bf16(1.00390625f)), 1.0f);  // ties to even
+  EXPECT_EQ(eg::bf16_to_f32(eg::f32_to_bf16(1.01171875f)), 1.015625f);
+}
+
+class MatmulTest : public ::testing::TestWithParam<eg::DType> {};
+
+TEST_P(MatmulTest, MatchesDoubleReference) {
+  const eg::DType t = GetParam();
+  for (int64_t K : {1, 7, 33, 257, 1000}) {
+    for (int64_t T : {1, 3, 4, 9}) {
+      const int64_t N = 37;
+      TestWeight tw = make_weight(N, K, t, static_cast<uint32_t>(K * 31 + T));
+      std::vector<float> x = randn(T * K, static_cast<uint32_t>(K + 7 * T));
+      std::vector<float> y(T * N);
+      eg::ops::matmul(x.data(), T, tw.w, y.data());
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t n = 0; n < N; ++n) {
+          double ref = 0, mag = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            ref += static_cast<double>(x[i * K + k]) * tw.exact[n * K + k];
+            mag += std::abs(static_cast<double>(x[i * K + k]) * tw.exact[n * K + k]);
+          }
+          ASSERT_NEAR(y[i * N + n], ref, 1e-6 * mag + 1e-7) << "K=" << K << " T=" << T;
+        }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllWeightTypes, MatmulTest,
+                         ::testing::Values(eg::DType::F32, eg::DType::F16, eg::DType::BF16));
+
+TEST(Matmul, BatchedRowsAndThreadCountAreBitIdentical) {
+  const int64_t K = 517, N = 61, T = 11;
+  TestWeight tw = make_weight(N, K, eg::DType::BF16, 5);
+  std::vector<float> x = randn(T * K, 6);
+  std::vector<float> all(T * N), one(N), threads1(T * N);
+  eg::ops::matmul(x.data(), T, tw.w, all.data());
+  for (int64_t i = 0; i < T; ++i) {
+    eg::ops::matmul(x.data() + i * K, 1, tw.w, one.data());
+    for (int64_t n = 0; n < N; ++n) ASSERT_EQ(one[n], all[i * N + n]);
+  }
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  eg::ops::matmul(x.data(), T, tw.w, threads1.data());
+  omp_set_num_threads(saved);
+  EXPECT_EQ(threads1, all);
+}
+
+TEST(RmsNorm, MatchesDoubleReference) {
+  for (int64_t n : {1, 5, 64, 333}) {
+    const int64_t rows = 3;
+    std::vector<float> x = randn(rows * n, static_cast<uint32_t>(n));
+    TestWeight w = make_weight(1, n, eg::DType::BF16, static_cast<uint32_t>(n + 1));
+    for (float offset : {0.0f, 1.0f}) {
+      std::vector<float> y(rows * n), y2(rows * n);
+      eg::ops::rmsnorm(x.data(), rows, n, w.bytes.data(), eg::DType::BF16, offset, 1e-6f, y.data());
+      eg::ops::rmsnorm(x.data(), rows, n, nullptr, eg::DType::F32, 0.0f, 1e-6f, y2.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        double ss = 0;
+        for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[r * n + i]) * x[r * n + i];
+        const double inv = 1.0 / std::sqrt(ss / n + 1e-6);
+        for (int64_t i = 0; i < n; ++i) {
+          const double base = x[r * n + i] * inv;
+          EXPECT_NEAR(y[r * n + i], base * (offset + w.exact[i]), 1e-5 * (1 + std::abs(base)));
+          EXPECT_NEAR(y2[r * n + i], base, 1e-5 * (1 + std::abs(base)));
+        }
+      }
+    }
+  }
+}
+
+TEST(Rope, MatchesDoubleReferenceHalfSplit) {
+  const int64_t T = 3, heads = 2, hd = 10;
+  for (int64_t rot : {10, 4}) {
+    std::vector<float> x = randn(T * heads * hd, static_cast<uint32_t>(rot));
+    std::vector<float> orig = x;
+    std::vector<float> inv(rot / 2);
+    eg::ops::rope_inv_freq(10000.0f, rot, 2.0f, inv.data());
+    for (int64_t i = 0; i < rot / 2; ++i)
+      EXPECT_NEAR(inv[i], 1.0 / std::pow(10000.0, 2.0 * i / rot) / 2.0, 1e-6 * inv[i] + 1e-12);
+    std::vector<int32_t> pos = {0, 5, 1234};
+    eg::ops::rope(x.data(), T, heads, hd, rot, pos.data(), inv.data());
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < heads; ++h) {
+        const float* o = &orig[(t * heads + h) * hd];
+        const float* r = &x[(t * heads + h) * hd];
+        for (int64_t i = 0; i < rot / 2; ++i) {
+          const double a = static_cast<double>(static_cast<float>(pos[t]) * inv[i]);
+          const double e1 = o[i] * std::cos(a) - o[i + rot / 2] * std::sin(a);
+          const double e2 = o[i + rot / 2] * std::cos(a) + o[i] * std::sin(a);
+          EXPECT_NEAR(r[i], e1, 1e-4);
+          EXPECT_NEAR(r[i + rot / 2], e2, 1e-4);
+        }
+        for (int64_t i = rot; i < hd; ++i) EXPECT_EQ(r[i], o[i]);
+      }
+  }
+}
+
+TEST(Softmax, MatchesDoubleReference) {
+  for (int64_t n : {1, 2, 17, 1001}) {
+    std::vector<float> x = randn(n, static_cast<uint32_t>(n), 5.0f);
+    std::vector<float> y = x;
+    eg::ops::softmax(y.data(), n);
+    double mx = -1e300, sum = 0;
+    for (float v : x) mx = std::max(mx, static_cast<double>(v));
+    for (float v : x) sum += std::exp(v - mx);
+    for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(y[i], std::exp(x[i] - mx) / sum, 1e-6);
+  }
+}
+
+TEST(GeluSoftcap, MatchDoubleReference) {
+  const int64_t n = 999;
+  std::vector<float> g = randn(n, 1, 3.0f), u = randn(n, 2), out(n);
+  eg::ops::gelu_tanh_mul(g.data(), u.data(), n, out.data());
+  for (int64_t i = 0; i < n; ++i) {
+    const double z = g[i];
+    const double ref = 0.5 * z * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (z + 0.044715 * z * z * z))) * u[i];
+    EXPECT_NEAR(out[i], ref, 1e-5 * (1 + std::abs(ref)));
+  }
+  std::vector<float> s = randn(n, 3, 80.0f), s0 = s;
+  eg::ops::softcap(s.data(), n, 30.0f);
+  for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(s[i], 30.0 * std::tanh(s0[i] / 30.0), 1e-4);
+}
+
+// Attention over a cache of n_pos positions with GQA, sliding window and soft-cap.
+TEST(Attention, MatchesDoubleReference) {
+  const int64_t H = 6, KVH = 2, D = 13, n_pos = 41;
+  for (int64_t window : {0, 1, 7}) {
+    for (float cap : {0.0f, 5.0f}) {
+      std::vector<float> k = randn(n_pos * KVH * D, 11), v = randn(n_pos * KVH * D, 12);
+      const int64_t T = 5;
+      std::vector<int32_t> pos(T);
+      for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(n_pos - T + t);
+      std::vector<float> q = randn(T * H * D, 13), out(T * H * D);
+      eg::ops::AttentionParams p{H, KVH, D, 0.37f, cap, window};
+      eg::ops::attention(q.data(), T, pos.data(), k.data(), v.data(), p, out.data());
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < H; ++h) {
+          const int64_t kvh = h / (H / KVH);
+          std::vector<double> sc;
+          std::vector<int64_t> keys;
+          for (int64_t j = 0; j <= pos[t]; ++j) {
+            if (window > 0 && pos[t] - j >= window) continue;
+            double s = 0;
+            for (int64_t d = 0; d < D; ++d) s += static_cast<double>(q[(t * H + h) * D + d]) * k[(j * KVH + kvh) * D + d];
+            s *= 0.37;
+            if (cap > 0) s = cap * std::tanh(s / cap);
+            sc.push_back(s);
+            keys.push_back(j);
+          }
+          double mx = -1e300, sum = 0;
+          for (double s : sc) mx = std::max(mx, s);
+          for (double& s : sc) sum += (s = std::exp(s - mx));
+          for (int64_t d = 0; d < D; ++d) {
+            double ref = 0;
+            for (size_t j = 0; j < keys.size(); ++j) ref += sc[j] / sum * v[(keys[j] * KVH + kvh) * D + d];
+            ASSERT_NEAR(out[(t * H + h) * D + d], ref, 1e-5) << "window " << window << " cap " << cap;
+          }
+        }
+    }
+  }
+}
+
+TEST(Kernels, Dot4EqualsDotBitwise) {
+  for (eg::DType t : {eg::DType::F32, eg::DType::F16, eg::DType::BF16}) {
+    for (size_t n : {1u, 15u, 16u, 17u, 63u, 200u}) {
+      TestWeight w = make_weight(1, static_cast<int64_t>(n), t, static_cast<uint32_t>(n));
+      std::vector<float> x = randn(4 * n, static_cast<uint32_t>(n + 100));
+      const float* xs[4] = {x.data(), x.data() + n, x.data() + 2 * n, x.data() + 3 * n};
+      float out[4];
+      eg::cpu::dot4(xs, w.bytes.data(), t, n, out);
+      for (int j = 0; j < 4; ++j) EXPECT_EQ(out[j], eg::cpu::dot(xs[j], w.bytes.data(), t, n));
+    }
+  }
+}
+
+}  // namespace
