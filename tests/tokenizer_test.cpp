@@ -71,8 +71,7 @@ std::string stream_all(const eg::Tokenizer& tok, const Ids& ids, bool skip_speci
 
 Ids to_ids(const json& j) { return j.get<Ids>(); }
 
-// A temporary directory removed when the test ends. (Not egtest's temp-dir helper: its atexit
-// cleanup runs after its static list is destroyed and aborts the process at exit.)
+// A temporary directory, removed as soon as the test (or helper) that made it ends.
 struct TempDir {
   std::string path;
   TempDir() {

@@ -162,7 +162,10 @@ int synth(const SynthArgs& a) {
   }
   for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
     const fs::path src = fs::path(tok_dir) / f;
-    if (fs::exists(src)) fs::copy_file(src, fs::path(a.out) / f, fs::copy_options::overwrite_existing);
+    if (!fs::exists(src)) continue;
+    const fs::path dst = fs::path(a.out) / f;
+    fs::copy_file(src, dst, fs::copy_options::overwrite_existing);
+    fs::permissions(dst, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
   }
   int64_t params = 0;
   for (const auto& t : tensors) {
