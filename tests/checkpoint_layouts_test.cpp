@@ -3,10 +3,12 @@
 // sharded safetensors with an index.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "engine/loaded_model.h"
+#include "core/dtype.h"
 #include "format/safetensors.h"
 #include "model/model.h"
 #include "test_util.h"
@@ -85,6 +87,48 @@ TEST(CheckpointLayouts, MultimodalWrapperAndShardsMatchPlainCheckpoint) {
     bool said_vision = false;
     for (const auto& n : lm->notes()) said_vision |= n.find("vision") != std::string::npos;
     EXPECT_EQ(said_vision, v.wrapper);
+  }
+}
+
+// The same weights stored as F32 (exact widening of BF16: bit-identical logits) and as F16
+// (rounded: close logits).
+TEST(CheckpointLayouts, F32AndF16WeightsLoad) {
+  const json ref = json::parse(egtest::read_file(tiny() + "/reference.json"));
+  const std::vector<int32_t> ids = ref["prompts"][1]["input_ids"].get<std::vector<int32_t>>();
+  auto plain = eg::Model::load_dir(tiny());
+  const std::vector<float> want = last_logits(*plain, ids);
+  eg::TensorStore src = eg::TensorStore::open_dir(tiny());
+  for (eg::DType dt : {eg::DType::F32, eg::DType::F16}) {
+    SCOPED_TRACE(eg::dtype_name(dt));
+    std::vector<std::vector<uint8_t>> bufs;
+    std::vector<eg::TensorToWrite> all;
+    for (const auto& name : src.names()) {
+      const eg::TensorInfo* t = src.find(name);
+      ASSERT_EQ(t->dtype, eg::DType::BF16);
+      const int64_t n = t->numel();
+      bufs.emplace_back(static_cast<size_t>(n) * eg::dtype_size(dt));
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t b;
+        std::memcpy(&b, t->data + 2 * i, 2);
+        const float f = eg::bf16_to_f32(b);
+        if (dt == eg::DType::F32) std::memcpy(bufs.back().data() + 4 * i, &f, 4);
+        else {
+          const uint16_t h = eg::f32_to_f16(f);
+          std::memcpy(bufs.back().data() + 2 * i, &h, 2);
+        }
+      }
+      all.push_back({name, dt, t->shape, bufs.back().data()});
+    }
+    const std::string dir = egtest::make_temp_dir();
+    eg::write_safetensors(dir + "/model.safetensors", all);
+    fs::copy_file(tiny() + "/config.json", dir + "/config.json");
+    auto m = eg::Model::load_dir(dir);
+    const std::vector<float> got = last_logits(*m, ids);
+    if (dt == eg::DType::F32) {
+      EXPECT_EQ(got, want);
+    } else {
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 0.05) << i;
+    }
   }
 }
 

@@ -36,7 +36,8 @@ std::string expect_error(std::vector<std::string> args, const std::string& needl
 }
 
 TEST(Cli, RunReproducesTransformersGreedyIds) {
-  for (const auto& p : reference()["prompts"]) {
+  const json ref = reference();
+  for (const auto& p : ref["prompts"]) {
     const bool chat = p["id"] == "chat_fortune";
     std::vector<std::string> args = {"run", "-m", tiny(), "-p", p["text"], "-n", "40", "--ignore-eos"};
     if (chat) args.push_back("--no-bos");  // the text already carries <bos>
@@ -49,7 +50,8 @@ TEST(Cli, RunReproducesTransformersGreedyIds) {
 
 TEST(Cli, ChatTemplateAddsExactlyOneBos) {
   json want;
-  for (const auto& p : reference()["prompts"])
+  const json ref = reference();
+  for (const auto& p : ref["prompts"])
     if (p["id"] == "chat_fortune") want = p;
   const json j = run_json({"run", "-m", tiny(), "--chat", "-p", "Tell me a fortune.", "-n", "40", "--ignore-eos"});
   EXPECT_EQ(j["prompt_ids"], want["input_ids"]);

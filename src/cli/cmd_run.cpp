@@ -4,11 +4,11 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "backend/cpu/kernels.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/file_util.h"
 #include "engine/generator.h"
 #include "engine/loaded_model.h"
 #include "tokenizer/chat_template.h"
@@ -40,11 +40,9 @@ struct RunArgs {
 std::string get_prompt(const RunArgs& a) {
   if (a.prompt_given && !a.prompt_file.empty()) throw Error("give either -p or -f, not both");
   if (a.prompt_given) return a.prompt;
-  if (!a.prompt_file.empty()) return read_text_file(a.prompt_file);
+  if (!a.prompt_file.empty()) return read_file(a.prompt_file);
   if (isatty(STDIN_FILENO)) throw Error("no prompt: use -p TEXT, -f FILE or pipe text to stdin");
-  std::stringstream ss;
-  ss << std::cin.rdbuf();
-  return ss.str();
+  return read_stream(stdin);
 }
 
 nlohmann::json stats_json(const LoadedModel& lm, const GenerationStats& s) {

@@ -4,10 +4,10 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/file_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace eg::cli {
@@ -25,9 +25,7 @@ int tokenize(const TokenizeArgs& a) {
   std::string text = a.text;
   if (!a.text_given) {
     if (isatty(STDIN_FILENO)) throw Error("no text: give TEXT or pipe it to stdin");
-    std::stringstream ss;
-    ss << std::cin.rdbuf();
-    text = ss.str();
+    text = read_stream(stdin);
   }
   const std::string dir = a.model_dir.empty() ? default_model_dir() : a.model_dir;
   Tokenizer tok = Tokenizer::load_dir(dir);

@@ -18,7 +18,4 @@ Action register_synth(CLI::App& app);
 /// to the binary (../models/tiny-gemma3).
 std::string default_model_dir();
 
-/// Reads a whole file; throws eg::Error.
-std::string read_text_file(const std::string& path);
-
 }  // namespace eg::cli

@@ -2,11 +2,10 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/file_util.h"
 
 namespace eg {
 
@@ -40,14 +39,6 @@ int64_t ModelConfig::parameter_count() const {
 }
 
 namespace {
-
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error("cannot read " + path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 // Typed field access with clear errors.
 struct Fields {
@@ -248,8 +239,8 @@ ModelConfig load_hf_config(const std::string& dir) {
   if (!fs::exists(cfg)) throw Error("missing config.json in " + dir);
   const std::string gen_path = (fs::path(dir) / "generation_config.json").string();
   std::string gen;
-  if (fs::exists(gen_path)) gen = read_text(gen_path);
-  return parse_hf_config(read_text(cfg), gen, cfg);
+  if (fs::exists(gen_path)) gen = read_file(gen_path);
+  return parse_hf_config(read_file(cfg), gen, cfg);
 }
 
 }  // namespace eg

@@ -1,0 +1,27 @@
+#include "core/file_util.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace eg {
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error("cannot read " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) throw Error("error while reading " + path);
+  return ss.str();
+}
+
+std::string read_stream(std::FILE* f) {
+  std::string out;
+  char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
+  return out;
+}
+
+}  // namespace eg
