@@ -6,14 +6,11 @@
 //   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 //     -Isrc tests/fuzz/safetensors_fuzz.cpp src/format/safetensors.cpp src/format/mapped_file.cpp \
 //     src/core/dtype.cpp -o build-fuzz/safetensors_fuzz
-//   # seeds: a small valid file (mode byte 0) and a small index (mode byte 1)
-//   printf
-//   '\0\x4f\0\0\0\0\0\0\0{"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"a":"b"}}\0\0\0\0\0\0\0\0'
-//   \
-//     > build-fuzz/corpus/file
-//   printf '\1{"weight_map":{"t":"shard.safetensors","u":"shard.safetensors"}}' >
-//   build-fuzz/corpus/index build-fuzz/safetensors_fuzz -max_total_time=30 -max_len=4096
-//   build-fuzz/corpus
+//   # seed 1, a small valid file (mode byte 0):
+//   printf '\0\x4f\0\0\0\0\0\0\0{"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"a":"b"}}\0\0\0\0\0\0\0\0' > build-fuzz/corpus/file
+//   # seed 2, a small index (mode byte 1):
+//   printf '\1{"weight_map":{"t":"shard.safetensors","u":"shard.safetensors"}}' > build-fuzz/corpus/index
+//   build-fuzz/safetensors_fuzz -max_total_time=30 -max_len=4096 build-fuzz/corpus
 //
 // (On Debian, clang needs libclang-rt-<version>-dev for -fsanitize=fuzzer.)
 //
