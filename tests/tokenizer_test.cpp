@@ -3,7 +3,6 @@
 
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -284,24 +283,14 @@ TEST(StreamingDetokenizer, InvalidBytesBecomeReplacementCharacters) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Speed
+// Large inputs (correctness only: speed is measured in bench/tokenizer_bench.cpp)
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-TEST(TokenizerSpeed, LoadGemma3) {
-  const auto t0 = std::chrono::steady_clock::now();
+TEST(TokenizerLarge, LoadGemma3) {
   const eg::Tokenizer t = eg::Tokenizer::load_dir(shared("tokenizers/gemma3"));
-  const double s = seconds_since(t0);
-  std::printf("[ info ] Gemma 3 tokenizer.json (33 MB) loaded in %.3f s\n", s);
   EXPECT_EQ(t.vocab_size(), 262145);
-#if defined(NDEBUG) && !defined(__SANITIZE_ADDRESS__)
-  EXPECT_LT(s, 1.5);  // target ~0.3 s in Release; generous for a loaded 2-core machine
-#endif
 }
 
-TEST(TokenizerSpeed, LongInputs) {
+TEST(TokenizerLarge, LongInputsRoundTrip) {
   const json ref = load_json(shared("tokenizers/gemma3/reference.json"));
   std::string lines, one_line;
   while (lines.size() < 500 * 1024) {
@@ -314,15 +303,8 @@ TEST(TokenizerSpeed, LongInputs) {
   for (char c : lines) one_line += (c == '\n' || c == '\t' || c == '\r') ? ' ' : c;
   for (const std::string* text : {&lines, &one_line}) {
     for (const eg::Tokenizer* t : {&gemma3(), &tiny()}) {
-      const auto t0 = std::chrono::steady_clock::now();
       const Ids ids = t->encode(*text, false, false);
-      const double s = seconds_since(t0);
-      std::printf("[ info ] encoded %zu bytes (%s) -> %zu tokens in %.3f s\n", text->size(),
-                  text == &lines ? "many lines" : "one line", ids.size(), s);
       EXPECT_EQ(t->decode(ids), *text);
-#if defined(NDEBUG) && !defined(__SANITIZE_ADDRESS__)
-      EXPECT_LT(s, 1.0);
-#endif
     }
   }
 }
