@@ -25,10 +25,12 @@ json run_json(std::vector<std::string> args, const std::string& stdin_text = "")
 }
 
 // Runs a failing command: exit code 1 (not a signal), one "edgegemma: error:" line on stderr.
-std::string expect_error(std::vector<std::string> args, const std::string& needle, const std::string& stdin_text = "") {
+std::string expect_error(std::vector<std::string> args, const std::string& needle, const std::string& stdin_text = "",
+                         int exit_code = 1) {
   args.insert(args.begin(), egtest::cli_path());
   egtest::CmdResult r = egtest::run_cmd(args, stdin_text);
-  EXPECT_EQ(r.exit_code, 1) << "stderr: " << r.err;
+  EXPECT_EQ(r.exit_code, exit_code) << "stderr: " << r.err;
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
   EXPECT_EQ(r.err.rfind("edgegemma: error: ", 0), 0u) << r.err;
   EXPECT_NE(r.err.find(needle), std::string::npos) << "wanted '" << needle << "' in: " << r.err;
   EXPECT_TRUE(r.out.empty()) << r.out;
@@ -223,6 +225,40 @@ TEST(CliErrors, PromptProblems) {
   expect_error({"run", "-m", tiny(), "-p", long_prompt, "--ctx", "16"}, "exceeds the context");
   expect_error({"run", "-m", tiny(), "-p", "x", "--system", "s"}, "--chat");
   expect_error({"run", "-m", tiny(), "-p", "x", "--top-p", "0"}, "top-p");
+}
+
+TEST(CliErrors, BadOptionValuesAndOutputs) {
+  expect_error({"run", "-m", tiny(), "-p", "x", "-n", "-3"}, "--n-predict", "", 2);
+  expect_error({"run", "-m", tiny(), "-p", "x", "--temp", "abc"}, "--temp", "", 2);
+  expect_error({"run", "-m", tiny(), "-p", "x", "--bogus"}, "bogus", "", 2);
+  expect_error({"run", "-m", tiny(), "-p", "x", "--temp", "inf"}, "finite");
+  expect_error({"run", "-m", tiny(), "-p", "x", "--ctx", "99999"}, "exceeds the model's 32768");
+  const std::string dir = egtest::make_temp_dir();
+  expect_error({"run", "-m", tiny(), "-f", dir}, "is a directory");
+  egtest::write_file(dir + "/file", "x");
+  expect_error({"synth", "--like", "gemma-3-270m", "-o", dir + "/file/sub"}, "Not a directory");
+  expect_error({"synth", "--like", "gemma-9", "-o", dir + "/out"}, "unknown --like");
+  expect_error({"run", "-m", dir + "/file", "-p", "x"}, "not a directory");
+  // A tokenizer from another model is refused.
+  const std::string m = copy_model();
+  fs::remove(m + "/tokenizer.json");
+  fs::copy_file(egtest::shared_dir() + "/tokenizers/gemma3/tokenizer.json", m + "/tokenizer.json");
+  expect_error({"run", "-m", m, "-p", "x"}, "do not belong");
+}
+
+TEST(CliErrors, WriteFailureIsReported) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const std::string cmd = egtest::cli_path() + " run -m " + tiny() + " -p hi -n 4 > /dev/full 2>/dev/null";
+  EXPECT_NE(std::system(cmd.c_str()), 0);
+}
+
+TEST(Cli, ContextFullIsSaid) {
+  egtest::CmdResult r = egtest::run_cmd({egtest::cli_path(), "run", "-m", tiny(), "-p", "hi", "-c", "8", "-n", "100"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.err.find("context of 8 tokens is full"), std::string::npos) << r.err;
+  const json j = run_json({"run", "-m", tiny(), "-p", "hi", "-c", "8", "-n", "100", "--ignore-eos"});
+  EXPECT_TRUE(j["context_full"].get<bool>());
+  EXPECT_EQ(j["prompt_ids"].size() + j["generated_ids"].size(), 9u);  // the last token needs no KV slot
 }
 
 }  // namespace

@@ -36,7 +36,9 @@ void expect_top10(const std::vector<float>& logits, const json& top10, float tol
     const int id = order[k];
     bool in_ref = false;
     for (const auto& e : top10) in_ref |= (e[0] == id);
-    if (!in_ref) EXPECT_LT(std::abs(logits[id] - tenth), tol) << what << ": unexpected id " << id << " in top-10";
+    if (!in_ref) {
+      EXPECT_LT(std::abs(logits[id] - tenth), tol) << what << ": unexpected id " << id << " in top-10";
+    }
   }
 }
 

@@ -1,5 +1,9 @@
 // `edgegemma run`: generate a continuation of a prompt, streamed to stdout.
+#include <omp.h>
 #include <unistd.h>
+
+#include <cmath>
+#include <random>
 
 #include <cstdio>
 #include <iostream>
@@ -27,8 +31,9 @@ struct RunArgs {
   int top_k = 0;
   float top_p = 1.0f;
   float min_p = 0.0f;
-  uint64_t seed = 0;
+  int64_t seed = -1;  // -1: random
   int ctx = 0;
+  int threads = 0;
   bool chat = false;
   std::string system;
   bool stats = false;
@@ -59,6 +64,9 @@ nlohmann::json stats_json(const LoadedModel& lm, const GenerationStats& s) {
 }
 
 int run(const RunArgs& a) {
+  if (!std::isfinite(a.temp)) throw Error("--temp must be a finite number");
+  apply_threads(a.threads);
+  const uint64_t seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed) : std::random_device{}();
   std::string text = get_prompt(a);
   if (text.empty()) throw Error("empty prompt");
   if (!a.system.empty() && !a.chat) throw Error("--system needs --chat");
@@ -84,7 +92,7 @@ int run(const RunArgs& a) {
   opt.max_new_tokens = a.n_predict;
   opt.ignore_eos = a.ignore_eos;
   opt.context_size = a.ctx;
-  opt.sampling = {a.temp, a.top_k, a.top_p, a.min_p, a.seed};
+  opt.sampling = {a.temp, a.top_k, a.top_p, a.min_p, seed};
 
   StreamingDetokenizer detok(tok);
   std::string text_out;
@@ -109,6 +117,8 @@ int run(const RunArgs& a) {
                         {"generated_ids", r.ids},
                         {"text", text_out},
                         {"finish_reason", r.finish_reason},
+                        {"context_full", r.context_full},
+                        {"seed", seed},
                         {"stats", stats_json(*lm, r.stats)}};
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
@@ -116,13 +126,20 @@ int run(const RunArgs& a) {
     std::fputc('\n', stdout);
     std::fflush(stdout);
   }
+  std::fflush(stdout);
+  if (std::ferror(stdout)) throw Error("cannot write the output (stdout)");
+  if (r.context_full)
+    std::fprintf(stderr, "edgegemma: note: stopped: the context of %d tokens is full (see --ctx)\n",
+                 a.ctx > 0 ? a.ctx : lm->model().config().max_position_embeddings);
   if (a.stats) {
     const GenerationStats& s = r.stats;
     std::fprintf(stderr,
-                 "load: %.1f ms | prompt: %d tokens | TTFT: %.1f ms | prefill: %.1f tok/s | "
-                 "decode: %d tokens, %.1f tok/s | peak RSS: %.1f MiB | SIMD: %s\n",
+                 "load: %.1f ms | prompt tokens: %d | TTFT: %.1f ms | prefill: %.1f tok/s | "
+                 "generated tokens: %d | decode: %.1f tok/s | peak RSS: %.1f MiB | threads: %d | "
+                 "SIMD: %s | seed: %llu\n",
                  lm->load_ms(), s.prompt_tokens, s.ttft_ms, s.prefill_tok_s, s.generated_tokens,
-                 s.decode_tok_s, peak_rss_bytes() / 1048576.0, cpu::simd_target_name());
+                 s.decode_tok_s, peak_rss_bytes() / 1048576.0, omp_get_max_threads(),
+                 cpu::simd_target_name(), static_cast<unsigned long long>(seed));
   }
   return 0;
 }
@@ -134,17 +151,19 @@ Action register_run(CLI::App& app) {
   app.add_option("-m,--model", a->model_dir, "model directory (default: bundled tiny-gemma3)");
   app.add_option("-p,--prompt", a->prompt, "prompt text")->each([a](const std::string&) { a->prompt_given = true; });
   app.add_option("-f,--file", a->prompt_file, "read the prompt from a file");
-  app.add_option("-n,--n-predict", a->n_predict, "max new tokens (default 256)")->check(CLI::NonNegativeNumber);
-  app.add_option("--temp", a->temp, "sampling temperature; 0 = greedy (default 0)");
-  app.add_option("--top-k", a->top_k, "keep the K most likely tokens (0 = off)")->check(CLI::NonNegativeNumber);
-  app.add_option("--top-p", a->top_p, "nucleus sampling mass (1 = off)")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--min-p", a->min_p, "drop tokens below min-p x top probability (0 = off)")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--seed", a->seed, "random seed (same seed, same text)");
-  app.add_option("-c,--ctx", a->ctx, "context size in tokens (default: the model's)")->check(CLI::NonNegativeNumber);
+  app.add_option("-n,--n-predict", a->n_predict, "max new tokens (default 256)")->check(kCount);
+  app.add_option("--temp", a->temp, "sampling temperature; <= 0 = greedy (default 0)");
+  app.add_option("--top-k", a->top_k, "keep the K most likely tokens (0 = off)")->check(kCount);
+  app.add_option("--top-p", a->top_p, "nucleus sampling mass in (0, 1] (1 = off)");
+  app.add_option("--min-p", a->min_p, "drop tokens below min-p x top probability, in [0, 1] (0 = off)");
+  app.add_option("--seed", a->seed, "random seed: same seed, same text (default -1 = random)");
+  app.add_option("-c,--ctx", a->ctx, "context size in tokens (default 0 = the model's)")->check(kCount);
+  app.add_option("-t,--threads", a->threads, "CPU threads (default: all cores)")->check(kCount);
   app.add_flag("--chat", a->chat, "wrap the prompt in the model's chat template (one user turn)");
   app.add_option("--system", a->system, "system text for --chat (folded into the first user turn)");
   app.add_flag("--stats", a->stats, "print load time, TTFT, prefill/decode tok/s, peak RSS to stderr");
-  app.add_flag("--json", a->json, "print one JSON object: prompt_ids, generated_ids, text, stats");
+  app.add_flag("--json", a->json,
+               "print one JSON object: prompt_ids, generated_ids, text, finish_reason, context_full, seed, stats");
   app.add_flag("--no-bos", a->no_bos, "do not add <bos> (for text that already carries it)");
   app.add_flag("--ignore-eos", a->ignore_eos, "keep generating through <eos>/<end_of_turn>");
   return [a] { return run(*a); };

@@ -12,6 +12,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "format/safetensors.h"
+#include "tokenizer/tokenizer.h"
 
 namespace eg::cli {
 
@@ -99,7 +100,7 @@ void fill_random(std::vector<uint8_t>& buf, DType dt, int64_t n, float stddev, u
 
 int synth(const SynthArgs& a) {
   json cfg = shape_of(a.like);
-  if (a.layers < 0) throw Error("--layers must be positive");
+  if (a.layers < 0) throw Error("--layers must be >= 0 (0 = all layers)");
   if (a.layers > 0) {
     if (a.layers > cfg["num_hidden_layers"].get<int>())
       throw Error("--layers " + std::to_string(a.layers) + " exceeds the model's " +
@@ -116,6 +117,13 @@ int synth(const SynthArgs& a) {
   if (tok_dir.empty()) tok_dir = std::string(EDGEGEMMA_SOURCE_DIR) + "/../shared/tokenizers/gemma3";
   if (!fs::exists(fs::path(tok_dir) / "tokenizer.json"))
     throw Error("no tokenizer.json in " + tok_dir + " (give the real Gemma 3 tokenizer with --tokenizer DIR)");
+  {
+    const int tok_vocab = Tokenizer::load_dir(tok_dir).vocab_size();
+    const int V = cfg["vocab_size"];
+    if (tok_vocab - V > 64 || tok_vocab - V < -1024)
+      throw Error("the tokenizer in " + tok_dir + " has " + std::to_string(tok_vocab) + " tokens, " + a.like +
+                  " has a vocabulary of " + std::to_string(V) + " (give the real Gemma 3 tokenizer)");
+  }
 
   fs::create_directories(a.out);
   const int H = cfg["hidden_size"], I = cfg["intermediate_size"], L = cfg["num_hidden_layers"];
@@ -184,7 +192,7 @@ Action register_synth(CLI::App& app) {
   auto a = std::make_shared<SynthArgs>();
   app.add_option("--like", a->like, "gemma-3-270m | gemma-3-1b | gemma-3-4b")->required();
   app.add_option("-o,--out", a->out, "output directory")->required();
-  app.add_option("--layers", a->layers, "keep only the first N layers");
+  app.add_option("--layers", a->layers, "keep only the first N layers (default 0 = all)");
   app.add_option("--dtype", a->dtype, "bf16 (default) or f32");
   app.add_option("--seed", a->seed, "random seed");
   app.add_option("--tokenizer", a->tokenizer_dir, "directory with the real tokenizer.json to copy");

@@ -37,8 +37,10 @@ int tokenize(const TokenizeArgs& a) {
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     for (int32_t id : ids) std::printf("%6d  %s\n", id, nlohmann::json(tok.piece(id)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-    std::printf("%zu tokens\n", ids.size());
+    std::printf("tokens: %zu\n", ids.size());
   }
+  std::fflush(stdout);
+  if (std::ferror(stdout)) throw Error("cannot write the output (stdout)");
   return 0;
 }
 }  // namespace

@@ -14,6 +14,12 @@ Action register_run(CLI::App& app);
 Action register_tokenize(CLI::App& app);
 Action register_synth(CLI::App& app);
 
+/// Validator for counts: an integer in [0, 2^31).
+inline const CLI::Range kCount(0, 2147483647, "a count >= 0");
+
+/// Sets the OpenMP thread count when n > 0.
+void apply_threads(int n);
+
 /// The model directory used when -m is not given: models/tiny-gemma3 of the source tree, or next
 /// to the binary (../models/tiny-gemma3).
 std::string default_model_dir();

@@ -1,4 +1,5 @@
 // edgegemma: run Gemma models locally. Subcommands: run, tokenize, synth.
+#include <omp.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -8,6 +9,10 @@
 #include "core/error.h"
 
 namespace eg::cli {
+
+void apply_threads(int n) {
+  if (n > 0) omp_set_num_threads(n);
+}
 
 std::string default_model_dir() {
   namespace fs = std::filesystem;
@@ -26,6 +31,7 @@ std::string default_model_dir() {
 
 int main(int argc, char** argv) {
   CLI::App app{"edgegemma: run Google's Gemma models locally, fast and in little memory"};
+  app.set_version_flag("--version", "edgegemma " EDGEGEMMA_VERSION);
   app.require_subcommand(1);
   std::vector<std::pair<CLI::App*, eg::cli::Action>> cmds;
   auto add = [&](const char* name, const char* help, eg::cli::Action (*reg)(CLI::App&)) {
@@ -57,6 +63,10 @@ int main(int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     std::fflush(stdout);
     std::fprintf(stderr, "edgegemma: error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {  // e.g. std::filesystem errors: still one clear line
+    std::fflush(stdout);
+    std::fprintf(stderr, "edgegemma: error: %s\n", e.what());
     return 1;
   }
   return 1;

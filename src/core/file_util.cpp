@@ -1,5 +1,6 @@
 #include "core/file_util.h"
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -8,6 +9,8 @@
 namespace eg {
 
 std::string read_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw Error("cannot read " + path + ": is a directory");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw Error("cannot read " + path);
   std::stringstream ss;

@@ -19,8 +19,11 @@ GenerationResult generate(const Model& model, const std::vector<int32_t>& prompt
   const ModelConfig& cfg = model.config();
   if (prompt.empty()) throw Error("empty prompt");
   if (opt.max_new_tokens < 0) throw Error("max new tokens must be >= 0");
-  const int ctx = opt.context_size > 0 ? std::min(opt.context_size, cfg.max_position_embeddings)
-                                       : cfg.max_position_embeddings;
+  if (opt.context_size > cfg.max_position_embeddings)
+    throw Error("context size " + std::to_string(opt.context_size) + " exceeds the model's " +
+                std::to_string(cfg.max_position_embeddings) + " tokens");
+  if (opt.context_size < 0) throw Error("context size must be >= 0");
+  const int ctx = opt.context_size > 0 ? opt.context_size : cfg.max_position_embeddings;
   const int n_prompt = static_cast<int>(prompt.size());
   if (n_prompt > ctx)
     throw Error("prompt of " + std::to_string(n_prompt) + " tokens exceeds the context of " +
@@ -55,7 +58,10 @@ GenerationResult generate(const Model& model, const std::vector<int32_t>& prompt
       break;
     }
     if (static_cast<int>(r.ids.size()) >= opt.max_new_tokens) break;
-    if (kv.n_past() >= capacity) break;  // context end
+    if (kv.n_past() >= capacity) {  // no room for the next token's K/V
+      r.context_full = kv.n_past() >= ctx;
+      break;
+    }
     model.forward(&next, 1, kv, scratch, LogitsMode::Last, logits);
     next = sampler.sample(logits.data(), cfg.vocab_size);
   }

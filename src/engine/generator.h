@@ -14,7 +14,7 @@ namespace eg {
 struct GenerateOptions {
   int max_new_tokens = 256;
   bool ignore_eos = false;  // keep generating through stop ids
-  int context_size = 0;     // 0: the model's max_position_embeddings
+  int context_size = 0;     // tokens; 0: the model's max_position_embeddings (larger: error)
   SamplingParams sampling;
 };
 
@@ -32,13 +32,15 @@ struct GenerationStats {
 struct GenerationResult {
   std::vector<int32_t> ids;   // generated ids (a stop id that ended generation is included last)
   std::string finish_reason;  // "stop" (stop id), "length" (max_new_tokens or context end), "cancelled"
+  bool context_full = false;  // generation ended because the context was full
   GenerationStats stats;
 };
 
 /// Called with each generated id as soon as it is sampled; return false to stop ("cancelled").
 using TokenCallback = std::function<bool(int32_t id)>;
 
-/// Throws eg::Error for an empty prompt or a prompt that does not fit the context.
+/// Throws eg::Error for an empty prompt, a prompt that does not fit the context, or a context
+/// size larger than the model's.
 GenerationResult generate(const Model& model, const std::vector<int32_t>& prompt,
                           const std::vector<int32_t>& stop_ids, const GenerateOptions& opt,
                           const TokenCallback& on_token);

@@ -20,7 +20,14 @@ LoadedModel::LoadedModel(std::unique_ptr<Model> m, Tokenizer t)
   for (int id : cfg.eos_token_ids) add(id);
   add(tokenizer_.token_id("<end_of_turn>"));
   // The tokenizer may know a few ids the embedding lacks (Gemma 3 1B: <image_soft_token> = 262144
-  // with vocab_size 262144); such ids are rejected by Model::forward if they ever reach it.
+  // with vocab_size 262144), or the embedding may have padding rows (Gemma 3 4B: 262208); ids the
+  // embedding lacks are rejected by Model::forward. A larger difference means the two do not
+  // belong together.
+  const int diff = tokenizer_.vocab_size() - cfg.vocab_size;
+  if (diff > 64 || diff < -1024)
+    throw Error("tokenizer.json has " + std::to_string(tokenizer_.vocab_size()) +
+                " tokens but the model's vocab_size is " + std::to_string(cfg.vocab_size) +
+                ": they do not belong to the same model");
   if (cfg.multimodal_wrapper)
     notes_.push_back("multimodal checkpoint: using the text decoder only (vision tower ignored)");
   for (const auto& p : model_->weights().ignored_prefixes)
@@ -31,6 +38,9 @@ std::unique_ptr<LoadedModel> LoadedModel::load_dir(const std::string& dir) {
   const auto t0 = std::chrono::steady_clock::now();
   namespace fs = std::filesystem;
   if (!fs::exists(dir)) throw Error("model path does not exist: " + dir);
+  if (fs::path(dir).extension() == ".gguf")
+    throw Error(dir + ": GGUF files are not supported yet (they come with the quantization work); "
+                "give a Hugging Face model directory");
   auto model = Model::load_dir(dir);
   if (!fs::exists(fs::path(dir) / "tokenizer.json")) throw Error("missing tokenizer.json in " + dir);
   Tokenizer tok = Tokenizer::load_dir(dir);

@@ -48,7 +48,12 @@ std::string printable(std::string_view s, size_t max_len = 200) {
   return out;
 }
 
-std::string sq(std::string_view name) { return "'" + printable(name) + "'"; }
+std::string sq(std::string_view name) {
+  std::string out = "'";
+  out += printable(name);
+  out += '\'';
+  return out;
+}
 
 [[noreturn]] void fail(const std::string& path, const std::string& msg) {
   throw Error(path + ": " + msg);

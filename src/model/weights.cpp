@@ -85,10 +85,16 @@ ModelWeights bind_weights(TensorStore store, const ModelConfig& cfg) {
   }
 
   // Report what we do not use (e.g. a vision tower of a multimodal checkpoint).
+  // Named by the path components they share with the decoder prefix plus one more, so that
+  // "model.vision_tower.x.y" is reported as "model.vision_tower." under "model.language_model.".
   std::set<std::string> ignored;
   for (const auto& name : st.names()) {
     if (name.rfind(P, 0) == 0 || name == "lm_head.weight") continue;
-    ignored.insert(name.substr(0, name.find('.') + 1));
+    size_t shared = 0;  // length of the common whole-component prefix of name and P
+    for (size_t i = 0; i < P.size() && i < name.size() && P[i] == name[i]; ++i)
+      if (P[i] == '.') shared = i + 1;
+    const size_t dot = name.find('.', shared);
+    ignored.insert(dot == std::string::npos ? name : name.substr(0, dot + 1));
   }
   w.ignored_prefixes.assign(ignored.begin(), ignored.end());
   return w;
