@@ -13,7 +13,7 @@ using nlohmann::json;
 
 namespace {
 
-std::string tiny() { return egtest::shared_dir() + "/models/tiny-gemma3"; }
+std::string tiny(const std::string& name = "tiny-gemma3") { return egtest::shared_dir() + "/models/" + name; }
 
 // Documents are separated by "\n\n\n"; each is encoded as <bos> text <eos>.
 std::vector<int32_t> valid_stream(const eg::Tokenizer& tok) {
@@ -34,19 +34,33 @@ std::vector<int32_t> valid_stream(const eg::Tokenizer& tok) {
   return stream;
 }
 
-TEST(Perplexity, WholeValidationSetMatchesTransformers) {
-  const json ref = json::parse(egtest::read_file(tiny() + "/reference.json"));
+class WholeValidation : public ::testing::TestWithParam<std::string> {};
+
+// Gemma 3 within 0.1% (issue 2), the other families within 0.5% (issue 3); all are far closer.
+TEST_P(WholeValidation, MatchesTransformers) {
+  const std::string dir = tiny(GetParam());
+  const json ref = json::parse(egtest::read_file(dir + "/reference.json"));
   const json& want = ref["valid_ppl_full_float32"];
-  auto model = eg::Model::load_dir(tiny());
-  eg::Tokenizer tok = eg::Tokenizer::load_dir(tiny());
+  auto model = eg::Model::load_dir(dir);
+  eg::Tokenizer tok = eg::Tokenizer::load_dir(dir);
   const std::vector<int32_t> stream = valid_stream(tok);
   EXPECT_EQ(stream.size(), 75637u);  // ../shared/models/README.md
   const eg::PerplexityResult r = eg::perplexity(*model, stream, want["window"].get<int>());
   EXPECT_EQ(r.spans, want["windows"].get<int>());
   EXPECT_EQ(r.tokens_predicted, want["tokens_predicted"].get<int64_t>());
   const double ppl = want["ppl"];
-  EXPECT_NEAR(r.ppl, ppl, 0.001 * ppl) << "ours " << r.ppl << " transformers " << ppl;
+  const double tol = GetParam() == "tiny-gemma3" ? 0.001 : 0.005;
+  EXPECT_NEAR(r.ppl, ppl, tol * ppl) << "ours " << r.ppl << " transformers " << ppl;
+  std::printf("[ info ] %s: perplexity %.4f (transformers %.4f)\n", GetParam().c_str(), r.ppl, ppl);
 }
+
+INSTANTIATE_TEST_SUITE_P(TinyModels, WholeValidation,
+                         ::testing::Values("tiny-gemma3", "tiny-gemma2", "tiny-gemma4", "tiny-gemma4-moe"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (auto& c : n) if (c == '-') c = '_';
+                           return n;
+                         });
 
 TEST(Perplexity, First4096TokensInOnePass) {
   const json ref = json::parse(egtest::read_file(tiny() + "/reference.json"));

@@ -18,7 +18,9 @@ LoadedModel::LoadedModel(std::unique_ptr<Model> m, Tokenizer t)
       stop_ids_.push_back(id);
   };
   for (int id : cfg.eos_token_ids) add(id);
-  add(tokenizer_.token_id("<end_of_turn>"));
+  // The end-of-turn token of the chat format, looked up by name in the checkpoint's own
+  // vocabulary (never by a hard-coded id): Gemma 2/3 "<end_of_turn>", Gemma 4 "<turn|>".
+  add(tokenizer_.token_id(cfg.family == ModelFamily::Gemma4 ? "<turn|>" : "<end_of_turn>"));
   // The tokenizer may know a few ids the embedding lacks (Gemma 3 1B: <image_soft_token> = 262144
   // with vocab_size 262144), or the embedding may have padding rows (Gemma 3 4B: 262208); ids the
   // embedding lacks are rejected by Model::forward. A larger difference means the two do not

@@ -17,8 +17,8 @@ class LoadedModel {
 
   const Model& model() const { return *model_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }
-  /// Ids that end generation: eos_token_id of config.json and generation_config.json, plus
-  /// <end_of_turn> when the vocabulary has it.
+  /// Ids that end generation: eos_token_id of config.json and generation_config.json, plus the
+  /// chat format's end-of-turn token when the vocabulary has it (<end_of_turn>; Gemma 4 <turn|>).
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
   /// Wall time of load_dir in milliseconds.
   double load_ms() const { return load_ms_; }

@@ -2,7 +2,9 @@
 // filled from a Hugging Face config.json by the loader of each family. The forward pass reads
 // only this struct; kernels never ask which model they serve.
 //
-// Follows ../shared/docs/gemma-architectures.md §1-§2 (transformers configuration_gemma3.py).
+// Follows ../shared/docs/gemma-architectures.md §1-§3 (transformers configuration_gemma2.py,
+// configuration_gemma3.py, configuration_gemma4.py). One loader per family fills it:
+// model/gemma2.cpp, model/gemma3.cpp, model/gemma4.cpp.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -16,15 +18,19 @@ enum class LayerType { Sliding, Full };
 const char* family_name(ModelFamily f);
 const char* layer_type_name(LayerType t);
 
-/// Per-layer attention geometry and RoPE.
+/// Per-layer attention geometry, RoPE and MLP width.
 struct LayerConfig {
   LayerType type = LayerType::Full;
   int head_dim = 0;
   int n_kv_heads = 0;
   float rope_theta = 10000.0f;
   float rope_linear_factor = 1.0f;  // "linear" rope scaling: inv_freq /= factor
-  int rope_dims = 0;                // rotated channels (== head_dim unless partial rotary)
-  int intermediate_size = 0;        // MLP width
+  int rope_dims = 0;                // channels paired for RoPE: i with i + rope_dims/2 (== head_dim)
+  int rope_pairs = 0;               // pairs with a non-zero frequency θ^(-2i/rope_dims); the rest stay
+                                    // unrotated (Gemma 4 "proportional": int(f·d/2); else rope_dims/2)
+  int intermediate_size = 0;        // MLP width (Gemma 4 E2B: doubled on KV-shared layers)
+  int kv_source = -1;               // KV-shared (Gemma 4): attends to this earlier layer's K/V; -1 = own
+  bool k_eq_v = false;              // Gemma 4 attention_k_eq_v full layer: no v_proj, V from raw K
 };
 
 struct ModelConfig {
@@ -44,8 +50,20 @@ struct ModelConfig {
   float attn_softcap = 0.0f;        // 0 = none
   float final_softcap = 0.0f;       // 0 = none
   bool qk_norm = true;              // Gemma 3/4 per-head q_norm / k_norm
+  bool v_norm = false;              // Gemma 4: scale-less RMSNorm of V per head
+  bool layer_scalar = false;        // Gemma 4: per-layer scalar multiplying the residual stream
   bool tie_word_embeddings = true;
   std::vector<LayerConfig> layers;
+
+  // Gemma 4 per-layer embeddings (PLE): table [ple_vocab, n_layers·ple_dim]; 0 = none.
+  // -1 while unknown (key absent: resolved from the tensors when the weights are bound).
+  int ple_dim = 0;
+  int ple_vocab = 0;
+
+  // Gemma 4 mixture of experts beside the dense MLP (26B-A4B); n_experts 0 = none.
+  int n_experts = 0;
+  int top_k_experts = 0;
+  int moe_intermediate_size = 0;
 
   int bos_token_id = 2;
   int pad_token_id = 0;
@@ -53,6 +71,8 @@ struct ModelConfig {
 
   /// Parameter count of the text decoder (tied LM head counted once).
   int64_t parameter_count() const;
+  /// Number of layers that own a KV cache (not KV-shared).
+  int n_kv_layers() const;
 };
 
 /// Reads <dir>/config.json (and <dir>/generation_config.json for extra eos ids when present).

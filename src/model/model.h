@@ -1,11 +1,11 @@
 // Model: a loaded Gemma text decoder (config + mapped weights) and its forward pass.
 //
-// The forward pass follows ../shared/docs/gemma-architectures.md §0 and §2 (transformers
-// modeling_gemma3.py): x = E[ids]·√H; per layer: RMSNorm(1+w) → q/k/v projections → per-head
-// q_norm/k_norm → RoPE (half-split, per-layer θ) → GQA attention (causal, or sliding window of
-// W keys including the query) with scaling query_pre_attn_scalar^-0.5 → o_proj → post-attention
-// norm → residual; pre-FFW norm → GeGLU (tanh GELU) → post-FFW norm → residual; final norm,
-// tied LM head, optional final soft-capping. All compute in f32.
+// One forward pass for every Gemma generation, driven by ModelConfig (gemma-architectures.md §0-§3;
+// transformers modeling_gemma2/3/4.py): x = E[ids]·√H (+ Gemma 4 per-layer-embedding inputs); per
+// layer: RMSNorm → attention sub-block (blocks.h: q/k/v, q/k/v norms, RoPE, GQA with causal or
+// sliding-window mask, soft-capping, KV sharing) → post-attention norm → residual → feed-forward
+// sub-block (GeGLU, optional MoE) → Gemma 4 PLE block → layer scalar; final norm, tied LM head,
+// optional final soft-capping. All compute in f32; RMSNorm is (1+w) for Gemma 2/3, w for Gemma 4.
 //
 // A Model is shared read-only; per-sequence state lives in KVCache and ForwardScratch.
 #pragma once
@@ -21,7 +21,7 @@ namespace eg {
 
 /// Reusable activation buffers of one sequence (grown on demand, never shrunk).
 struct ForwardScratch {
-  std::vector<float> x, h, q, k, v, attn, proj, gate, up, logits_in;
+  std::vector<float> x, h, q, k, v, attn, proj, gate, up, ple, moe_in, moe_out;
 };
 
 /// Which positions get logits.

@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "backend/cpu/kernels.h"
 #include "core/error.h"
 
 namespace eg {
@@ -34,28 +35,64 @@ NormWeight norm(const TensorStore& st, const std::string& name, int64_t n) {
   return NormWeight{t.data, t.dtype, n};
 }
 
+float scalar(const TensorStore& st, const std::string& name) {
+  const TensorInfo& t = need(st, name, {1});
+  float v = 0.0f;
+  cpu::to_f32(t.data, t.dtype, 1, &v);
+  return v;
+}
+
 }  // namespace
+
+ops::Weight LayerWeights::expert_gate_up(int e, int64_t Im, int64_t H) const {
+  const size_t stride = static_cast<size_t>(2 * Im * H) * dtype_size(experts_dtype);
+  return ops::Weight{static_cast<const uint8_t*>(experts_gate_up) + e * stride, experts_dtype, 2 * Im, H};
+}
+
+ops::Weight LayerWeights::expert_down(int e, int64_t Im, int64_t H) const {
+  const size_t stride = static_cast<size_t>(H * Im) * dtype_size(experts_dtype);
+  return ops::Weight{static_cast<const uint8_t*>(experts_down) + e * stride, experts_dtype, H, Im};
+}
+
+std::string find_decoder_prefix(const TensorStore& st) {
+  static const char* kPrefixes[] = {"model.", "language_model.model.", "model.language_model."};
+  for (const char* p : kPrefixes)
+    if (st.find(std::string(p) + "embed_tokens.weight")) return p;
+  throw Error("checkpoint has no embedding tensor (looked for model.embed_tokens.weight, "
+              "language_model.model.embed_tokens.weight, model.language_model.embed_tokens.weight)");
+}
+
+void resolve_config_from_tensors(ModelConfig& cfg, const TensorStore& st) {
+  if (cfg.ple_dim >= 0) return;
+  const TensorInfo* t = st.find(find_decoder_prefix(st) + "embed_tokens_per_layer.weight");
+  if (!t) {
+    cfg.ple_dim = 0;
+    return;
+  }
+  if (t->shape.size() != 2 || t->shape[1] % cfg.n_layers != 0)
+    throw Error("embed_tokens_per_layer.weight: shape " + t->shape_str() + " is not [V, layers·P]");
+  cfg.ple_dim = static_cast<int>(t->shape[1] / cfg.n_layers);
+  cfg.ple_vocab = static_cast<int>(t->shape[0]);
+}
 
 ModelWeights bind_weights(TensorStore store, const ModelConfig& cfg) {
   ModelWeights w;
   w.store = std::move(store);
   const TensorStore& st = w.store;
 
-  static const char* kPrefixes[] = {"model.", "language_model.model.", "model.language_model."};
-  for (const char* p : kPrefixes) {
-    if (st.find(std::string(p) + "embed_tokens.weight")) {
-      w.prefix = p;
-      break;
-    }
-  }
-  if (w.prefix.empty())
-    throw Error("checkpoint has no embedding tensor (looked for model.embed_tokens.weight, "
-                "language_model.model.embed_tokens.weight, model.language_model.embed_tokens.weight)");
+  w.prefix = find_decoder_prefix(st);
+  if (cfg.ple_dim < 0) throw Error("internal: PLE width unresolved (call resolve_config_from_tensors)");
   const std::string& P = w.prefix;
   const int64_t H = cfg.hidden_size, V = cfg.vocab_size;
 
   w.embed = matrix(st, P + "embed_tokens.weight", V, H);
   w.final_norm = norm(st, P + "norm.weight", H);
+  const int64_t PL = cfg.ple_dim;
+  if (PL > 0) {
+    w.ple_embed = matrix(st, P + "embed_tokens_per_layer.weight", cfg.ple_vocab, cfg.n_layers * PL);
+    w.ple_model_proj = matrix(st, P + "per_layer_model_projection.weight", cfg.n_layers * PL, H);
+    w.ple_proj_norm = norm(st, P + "per_layer_projection_norm.weight", PL);
+  }
   if (!cfg.tie_word_embeddings)
     throw Error("untied LM head (tie_word_embeddings=false) is not supported for Gemma");
 
@@ -67,9 +104,10 @@ ModelWeights bind_weights(TensorStore store, const ModelConfig& cfg) {
     const int64_t kvd = static_cast<int64_t>(lc.n_kv_heads) * lc.head_dim;
     const int64_t I = lc.intermediate_size;
     LayerWeights& lw = w.layers[i];
+    const bool own_kv = lc.kv_source < 0;
     lw.q = matrix(st, L + "self_attn.q_proj.weight", qd, H);
-    lw.k = matrix(st, L + "self_attn.k_proj.weight", kvd, H);
-    lw.v = matrix(st, L + "self_attn.v_proj.weight", kvd, H);
+    if (own_kv) lw.k = matrix(st, L + "self_attn.k_proj.weight", kvd, H);
+    if (own_kv && !lc.k_eq_v) lw.v = matrix(st, L + "self_attn.v_proj.weight", kvd, H);
     lw.o = matrix(st, L + "self_attn.o_proj.weight", H, qd);
     lw.gate = matrix(st, L + "mlp.gate_proj.weight", I, H);
     lw.up = matrix(st, L + "mlp.up_proj.weight", I, H);
@@ -80,7 +118,28 @@ ModelWeights bind_weights(TensorStore store, const ModelConfig& cfg) {
     lw.post_ffw_norm = norm(st, L + "post_feedforward_layernorm.weight", H);
     if (cfg.qk_norm) {
       lw.q_norm = norm(st, L + "self_attn.q_norm.weight", lc.head_dim);
-      lw.k_norm = norm(st, L + "self_attn.k_norm.weight", lc.head_dim);
+      if (own_kv) lw.k_norm = norm(st, L + "self_attn.k_norm.weight", lc.head_dim);
+    }
+    if (cfg.layer_scalar) lw.layer_scalar = scalar(st, L + "layer_scalar");
+    if (PL > 0) {
+      lw.ple_gate = matrix(st, L + "per_layer_input_gate.weight", PL, H);
+      lw.ple_proj = matrix(st, L + "per_layer_projection.weight", H, PL);
+      lw.ple_post_norm = norm(st, L + "post_per_layer_input_norm.weight", H);
+    }
+    if (cfg.n_experts > 0) {
+      const int64_t E = cfg.n_experts, Im = cfg.moe_intermediate_size;
+      lw.router = matrix(st, L + "router.proj.weight", E, H);
+      lw.router_scale = norm(st, L + "router.scale", H);
+      lw.per_expert_scale = norm(st, L + "router.per_expert_scale", E);
+      const TensorInfo& gu = need(st, L + "experts.gate_up_proj", {E, 2 * Im, H});
+      const TensorInfo& dn = need(st, L + "experts.down_proj", {E, H, Im});
+      if (gu.dtype != dn.dtype) throw Error(L + "experts: gate_up_proj and down_proj dtypes differ");
+      lw.experts_gate_up = gu.data;
+      lw.experts_down = dn.data;
+      lw.experts_dtype = gu.dtype;
+      lw.pre_ffw_norm_2 = norm(st, L + "pre_feedforward_layernorm_2.weight", H);
+      lw.post_ffw_norm_1 = norm(st, L + "post_feedforward_layernorm_1.weight", H);
+      lw.post_ffw_norm_2 = norm(st, L + "post_feedforward_layernorm_2.weight", H);
     }
   }
 

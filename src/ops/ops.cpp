@@ -15,8 +15,10 @@ void matmul(const float* x, int64_t T, const Weight& W, float* y) {
   const int64_t N = W.rows, K = W.cols;
   const size_t row_bytes = static_cast<size_t>(K) * dtype_size(W.dtype);
   const auto* wbase = static_cast<const uint8_t*>(W.data);
-  // Parallel over output rows; each element is one dot product in the canonical order.
-#pragma omp parallel for schedule(static)
+  // Parallel over output rows; each element is one dot product in the canonical order. Tiny
+  // products (router logits, toy models) stay on one thread: a parallel region costs more.
+  const bool parallel = N * K * T >= (1 << 16);
+#pragma omp parallel for schedule(static) if (parallel)
   for (int64_t n = 0; n < N; ++n) {
     const void* wrow = wbase + static_cast<size_t>(n) * row_bytes;
     int64_t t = 0;

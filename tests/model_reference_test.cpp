@@ -1,5 +1,7 @@
-// Gemma 3 forward pass against transformers (float32, eager) references of tiny-gemma3:
-// top-10 logits at the last prompt position and 40 greedy tokens with the KV cache.
+// The forward pass against transformers (float32, eager) references of the trained tiny models
+// (tiny-gemma3, tiny-gemma2, tiny-gemma4 with PLE + KV sharing + double-wide MLP, tiny-gemma4-moe
+// with K=V and MoE): top-10 logits at the last prompt position and 40 greedy tokens with the KV
+// cache, for every reference prompt (one of 507 tokens, past the 128-token window).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,9 +16,13 @@ using nlohmann::json;
 
 namespace {
 
-std::string model_dir() { return egtest::shared_dir() + "/models/tiny-gemma3"; }
+std::string model_dir(const std::string& name = "tiny-gemma3") { return egtest::shared_dir() + "/models/" + name; }
 
-json reference() { return json::parse(egtest::read_file(model_dir() + "/reference.json")); }
+json reference(const std::string& name = "tiny-gemma3") {
+  return json::parse(egtest::read_file(model_dir(name) + "/reference.json"));
+}
+
+class TinyModels : public ::testing::TestWithParam<std::string> {};
 
 // Checks the last-position logits against the reference top-10 ([id, logit] pairs): every
 // reference logit is reproduced within tol, and our top-10 set equals theirs except where
@@ -63,10 +69,18 @@ void run_reference(eg::Model& model, const json& ref, const std::string& label) 
   }
 }
 
-TEST(Gemma3Model, MatchesTransformersGreedyAndTop10) {
-  auto model = eg::Model::load_dir(model_dir());
-  run_reference(*model, reference(), "v5-config");
+TEST_P(TinyModels, MatchesTransformersGreedyAndTop10) {
+  auto model = eg::Model::load_dir(model_dir(GetParam()));
+  run_reference(*model, reference(GetParam()), GetParam());
 }
+
+INSTANTIATE_TEST_SUITE_P(AllFamilies, TinyModels,
+                         ::testing::Values("tiny-gemma3", "tiny-gemma2", "tiny-gemma4", "tiny-gemma4-moe"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (auto& c : n) if (c == '-') c = '_';
+                           return n;
+                         });
 
 // The same checkpoint with config.json rewritten into the Hub's key layout (rope_theta,
 // rope_local_base_freq, sliding_window_pattern, no layer_types / rope_parameters).
@@ -90,9 +104,9 @@ TEST(Gemma3Model, HubConfigLayoutGivesSameResults) {
 
 // Prefill in one pass, in chunks, and token by token give bit-identical logits (fixed reduction
 // order), on a prompt longer than the sliding window.
-TEST(Gemma3Model, ChunkedAndIncrementalPrefillAreBitIdentical) {
-  auto model = eg::Model::load_dir(model_dir());
-  const json ref = reference();
+TEST_P(TinyModels, ChunkedAndIncrementalPrefillAreBitIdentical) {
+  auto model = eg::Model::load_dir(model_dir(GetParam()));
+  const json ref = reference(GetParam());
   std::vector<int32_t> ids;
   for (const auto& p : ref["prompts"])
     if (p["id"] == "en_long_sherlock") ids = p["input_ids"].get<std::vector<int32_t>>();

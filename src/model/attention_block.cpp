@@ -1,0 +1,60 @@
+// Attention sub-block of a Gemma decoder layer (gemma-architectures.md §1.2 step 2, §2.2, §3.3.2).
+#include <cstring>
+#include <vector>
+
+#include "model/blocks.h"
+#include "ops/ops.h"
+
+namespace eg::blocks {
+
+namespace {
+void grow(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+void norm_rows(const float* x, int64_t rows, const NormWeight& w, float offset, float eps, float* y) {
+  ops::rmsnorm(x, rows, w.n, w.data, w.dtype, offset, eps, y);
+}
+}  // namespace
+
+void attention(const Step& st, int layer, const LayerWeights& w, const float* inv_freq, KVCache& kv,
+               const float* h, float* out) {
+  const ModelConfig& cfg = st.cfg;
+  const LayerConfig& lc = cfg.layers[layer];
+  ForwardScratch& s = st.s;
+  const int T = st.T;
+  const int64_t nh = cfg.n_heads, nkv = lc.n_kv_heads, hd = lc.head_dim;
+  const float eps = cfg.rms_norm_eps, off = cfg.norm_offset;
+  grow(s.q, static_cast<size_t>(T) * nh * hd);
+  grow(s.attn, static_cast<size_t>(T) * nh * hd);
+
+  ops::matmul(h, T, w.q, s.q.data());
+  if (cfg.qk_norm) norm_rows(s.q.data(), T * nh, w.q_norm, off, eps, s.q.data());
+  ops::rope(s.q.data(), T, nh, hd, lc.rope_dims, st.pos, inv_freq);
+
+  if (lc.kv_source < 0) {  // this layer computes and stores its own K/V
+    const size_t kv_row = static_cast<size_t>(nkv * hd);
+    grow(s.k, T * kv_row);
+    grow(s.v, T * kv_row);
+    ops::matmul(h, T, w.k, s.k.data());
+    if (lc.k_eq_v) std::memcpy(s.v.data(), s.k.data(), T * kv_row * sizeof(float));  // raw K as V
+    else ops::matmul(h, T, w.v, s.v.data());
+    if (cfg.qk_norm) norm_rows(s.k.data(), T * nkv, w.k_norm, off, eps, s.k.data());
+    ops::rope(s.k.data(), T, nkv, hd, lc.rope_dims, st.pos, inv_freq);
+    if (cfg.v_norm) ops::rmsnorm(s.v.data(), T * nkv, hd, nullptr, DType::F32, 0.0f, eps, s.v.data());
+    std::memcpy(kv.k(layer) + st.pos[0] * kv_row, s.k.data(), T * kv_row * sizeof(float));
+    std::memcpy(kv.v(layer) + st.pos[0] * kv_row, s.v.data(), T * kv_row * sizeof(float));
+  }
+
+  ops::AttentionParams ap;
+  ap.n_heads = nh;
+  ap.n_kv_heads = nkv;
+  ap.head_dim = hd;
+  ap.scale = cfg.query_scale;
+  ap.softcap = cfg.attn_softcap;
+  ap.window = lc.type == LayerType::Sliding ? cfg.sliding_window : 0;
+  // kv.k(layer) is the source layer's storage for a KV-shared layer.
+  ops::attention(s.q.data(), T, st.pos, kv.k(layer), kv.v(layer), ap, s.attn.data());
+  ops::matmul(s.attn.data(), T, w.o, out);
+}
+
+}  // namespace eg::blocks

@@ -1,0 +1,39 @@
+// The sub-blocks of one decoder layer, shared by every Gemma generation and driven by
+// ModelConfig (gemma-architectures.md §1.2, §2.2, §3.3). Internal to src/model.
+#pragma once
+#include <cstdint>
+
+#include "kv/kv_cache.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "model/weights.h"
+
+namespace eg::blocks {
+
+/// What every block of one forward call needs: T tokens at positions pos[0..T).
+struct Step {
+  const ModelConfig& cfg;
+  int T;
+  const int32_t* pos;
+  ForwardScratch& s;
+};
+
+/// Attention sub-block: reads the normed input h [T, H], writes o_proj output out [T, H].
+/// Projects q (q_norm, RoPE), and unless the layer is KV-shared, k/v (k_norm + RoPE on k, v_norm
+/// on v, V from the raw K projection for K=V layers) into the cache at pos; then causal or
+/// sliding-window GQA attention against the layer's (or its source layer's) cache.
+void attention(const Step& st, int layer, const LayerWeights& w, const float* inv_freq, KVCache& kv,
+               const float* h, float* out);
+
+/// Feed-forward sub-block with its norms and residual: x [T, H] in/out.
+/// Dense GeGLU MLP; with MoE (Gemma 4 26B-A4B) the router/experts branch is added (§3.3.5).
+void feed_forward(const Step& st, const LayerConfig& lc, const LayerWeights& w, float* x);
+
+/// Gemma 4 per-layer-embedding inputs (§3.3.1): ple [T, L·P] from the token ids and the scaled
+/// input embeddings x0 [T, H].
+void ple_inputs(const Step& st, const ModelWeights& w, const int32_t* tokens, const float* x0, float* ple);
+
+/// Gemma 4 per-layer-embedding block of layer `layer` (§3.3.2 step 7): x [T, H] in/out.
+void ple_block(const Step& st, int layer, const LayerWeights& w, const float* ple, float* x);
+
+}  // namespace eg::blocks

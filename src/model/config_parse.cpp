@@ -1,0 +1,124 @@
+#include "model/config_parse.h"
+
+#include "core/error.h"
+
+namespace eg::cfgparse {
+
+void Fields::fail(const std::string& msg) const { throw Error(origin + ": " + msg); }
+
+int Fields::get_int(const char* k) const {
+  if (!has(k)) fail(std::string("missing required field '") + k + "'");
+  return get_int(k, 0);
+}
+
+int Fields::get_int(const char* k, int def) const {
+  if (!has(k)) return def;
+  const json& v = j.at(k);
+  if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > (1LL << 31) - 1)
+    fail(std::string("field '") + k + "' must be a non-negative integer");
+  return static_cast<int>(v.get<int64_t>());
+}
+
+double Fields::get_num(const char* k, double def) const {
+  if (!has(k)) return def;
+  if (!j.at(k).is_number()) fail(std::string("field '") + k + "' must be a number");
+  return j.at(k).get<double>();
+}
+
+bool Fields::get_bool(const char* k, bool def) const {
+  if (!has(k)) return def;
+  if (!j.at(k).is_boolean()) fail(std::string("field '") + k + "' must be true or false");
+  return j.at(k).get<bool>();
+}
+
+RopeSpec parse_rope_dict(const json& d, const std::string& origin, float default_theta) {
+  RopeSpec r;
+  r.theta = default_theta;
+  if (!d.is_object()) throw Error(origin + ": rope parameters must be an object");
+  if (d.contains("rope_theta") && d["rope_theta"].is_number()) r.theta = d["rope_theta"].get<float>();
+  std::string type = "default";
+  if (d.contains("rope_type") && d["rope_type"].is_string()) type = d["rope_type"];
+  else if (d.contains("type") && d["type"].is_string()) type = d["type"];
+  if (type == "linear") {
+    if (!d.contains("factor") || !d["factor"].is_number())
+      throw Error(origin + ": linear rope scaling needs a numeric 'factor'");
+    r.linear_factor = d["factor"].get<float>();
+    if (!(r.linear_factor > 0)) throw Error(origin + ": rope scaling factor must be > 0");
+  } else if (type == "proportional") {
+    r.proportional = true;
+    if (d.contains("partial_rotary_factor") && d["partial_rotary_factor"].is_number())
+      r.partial_rotary_factor = d["partial_rotary_factor"].get<float>();
+    if (!(r.partial_rotary_factor > 0 && r.partial_rotary_factor <= 1))
+      throw Error(origin + ": partial_rotary_factor must be in (0, 1]");
+  } else if (type != "default") {
+    throw Error(origin + ": unsupported rope_type '" + type +
+                "' (supported: default, linear, proportional)");
+  }
+  if (!(r.theta > 0)) throw Error(origin + ": rope_theta must be > 0");
+  return r;
+}
+
+void add_eos_ids(const json& v, std::vector<int>& out) {
+  auto add = [&](int id) {
+    for (int e : out)
+      if (e == id) return;
+    out.push_back(id);
+  };
+  if (v.is_number_integer()) add(v.get<int>());
+  else if (v.is_array())
+    for (const auto& e : v)
+      if (e.is_number_integer()) add(e.get<int>());
+}
+
+bool parse_layer_types(const Fields& f, int n, std::vector<LayerType>& out) {
+  if (!f.has("layer_types")) return false;
+  const json& lt = f.j["layer_types"];
+  if (!lt.is_array() || static_cast<int>(lt.size()) != n)
+    f.fail("layer_types must be a list of num_hidden_layers entries");
+  out.resize(n);
+  for (int i = 0; i < n; ++i) {
+    if (lt[i] == "sliding_attention") out[i] = LayerType::Sliding;
+    else if (lt[i] == "full_attention") out[i] = LayerType::Full;
+    else f.fail("unknown layer type in layer_types[" + std::to_string(i) + "]");
+  }
+  return true;
+}
+
+void fill_common(const Fields& f, ModelConfig& c, int default_vocab, int default_window) {
+  const json& t = f.j;
+  c.vocab_size = f.get_int("vocab_size", default_vocab);
+  c.hidden_size = f.get_int("hidden_size", 2304);
+  c.n_layers = f.get_int("num_hidden_layers", 26);
+  c.n_heads = f.get_int("num_attention_heads", 8);
+  c.sliding_window = f.get_int("sliding_window", default_window);
+  c.max_position_embeddings = f.get_int("max_position_embeddings", 8192);
+  c.rms_norm_eps = static_cast<float>(f.get_num("rms_norm_eps", 1e-6));
+  c.final_softcap = static_cast<float>(f.get_num("final_logit_softcapping", 0.0));
+  c.tie_word_embeddings = f.get_bool("tie_word_embeddings", true);
+  if (t.contains("hidden_activation") && t["hidden_activation"].is_string() &&
+      t["hidden_activation"] != "gelu_pytorch_tanh")
+    f.fail("unsupported hidden_activation '" + t["hidden_activation"].get<std::string>() + "'");
+  if (t.contains("use_bidirectional_attention") && t["use_bidirectional_attention"].is_boolean() &&
+      t["use_bidirectional_attention"].get<bool>())
+    f.fail("use_bidirectional_attention=true (an embedding model) is not supported");
+  if (t.contains("use_bidirectional_attention") && t["use_bidirectional_attention"].is_string() &&
+      t["use_bidirectional_attention"] == "all")
+    f.fail("use_bidirectional_attention='all' (an encoder) is not supported");
+  if (c.vocab_size <= 0 || c.hidden_size <= 0 || c.n_layers <= 0 || c.n_heads <= 0)
+    f.fail("sizes must be positive");
+  if (c.n_layers > 4096 || c.hidden_size > (1 << 20)) f.fail("implausible model size");
+  c.bos_token_id = f.get_int("bos_token_id", 2);
+  c.pad_token_id = f.get_int("pad_token_id", 0);
+  if (t.contains("eos_token_id")) add_eos_ids(t["eos_token_id"], c.eos_token_ids);
+}
+
+void apply_rope(const RopeSpec& r, LayerConfig& l) {
+  l.rope_theta = r.theta;
+  l.rope_linear_factor = r.linear_factor;
+  l.rope_dims = l.head_dim;
+  // Proportional (Gemma 4 full layers): the first int(f·d/2) pairs rotate with frequencies
+  // θ^(-2i/d) over the FULL head dim d; the remaining pairs get frequency 0 (identity).
+  l.rope_pairs = r.proportional ? static_cast<int>(r.partial_rotary_factor * l.head_dim / 2) : l.head_dim / 2;
+}
+
+}  // namespace eg::cfgparse
