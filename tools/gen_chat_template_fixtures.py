@@ -191,9 +191,29 @@ SEARCH_TOOL = {
 CLOCK_TOOL = {"type": "function", "function": {"name": "now", "description": "The time."}}
 EMPTY_PARAMS_TOOL = {"type": "function",
                      "function": {"name": "ping", "description": "", "parameters": {"type": "object", "properties": {}}}}
+QUIRKY_TOOL = {  # property names that format_parameters skips, a missing type, non-string enums
+    "type": "function",
+    "function": {
+        "name": "quirky",
+        "description": "  padded description  ",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "type": {"type": "string", "description": "named like a schema key"},
+                "description": {"type": "string"},
+                "untyped": {"description": "no type at all"},
+                "level": {"type": "integer", "enum": [1, 2, 3]},
+                "Élan": {"type": "STRING", "enum": ["x"], "nullable": False},
+                "obj": {"type": "object", "nullable": True},
+                "arr": {"type": "array", "items": {}},
+            },
+        },
+    },
+}
 TOOL_SETS = {
     "weather": [WEATHER_TOOL],
     "all": [WEATHER_TOOL, SEARCH_TOOL, CLOCK_TOOL, EMPTY_PARAMS_TOOL],
+    "quirky": [QUIRKY_TOOL],
 }
 
 CALL_ARGS = {"city": "Paris", "days": 3, "threshold": 0.5, "precise": True, "unit": None, "Tags": ["a", "b"],
@@ -298,7 +318,13 @@ def tool_conversations():
         ("system and tools and thinking text", [S("  Sys  "), q, call, resp], "all"),
         ("nested argument values", [q, A(None, tool_calls=[tool_call("f", {
             "s": "str with <|\"|> and \n newline", "e": "", "n": -7, "f": 3.0, "t": True, "fa": False, "nu": None,
-            "l": [], "d": {}, "ld": [{"B": 1, "a": 2}], "uni": "日本語"})])], None),
+            "l": [], "d": {}, "ld": [{"B": 1, "a": 2}], "uni": "日本語", "Ärger": 1, "zeta": 2, "alpha": [3.25, -0.0]})])],
+         None),
+        ("quirky tool declaration", [U("Use quirky.")], "quirky"),
+        ("reasoning and a thinking channel in the answer",
+         [q, A("<|channel>thought\nhidden<channel|>Visible.", reasoning_content="r",
+               tool_calls=[tool_call("search", {"query": "x"}, id="s1")]),
+          T("found", tool_call_id="s1"), A("Done <|channel>more<channel|>.")], "all"),
     ]
     return convs
 

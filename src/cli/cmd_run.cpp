@@ -77,12 +77,19 @@ int run(const RunArgs& a) {
 
   std::vector<int32_t> prompt;
   if (a.chat) {
-    std::vector<ChatMessage> msgs;
-    if (!a.system.empty()) msgs.push_back({"system", a.system});
-    msgs.push_back({"user", text});
-    const int32_t bos = tok.bos_id();
-    // The template starts with the BOS text: encode without adding another one.
-    const std::string rendered = render_gemma3_chat(msgs, true, bos >= 0 ? tok.piece(bos) : "");
+    // The model's own chat template (chat_template.jinja or tokenizer_config.json); a system
+    // message the template rejects (Gemma 2) is folded into the user turn (chat_template.h).
+    nlohmann::json msgs = nlohmann::json::array();
+    if (!a.system.empty()) msgs.push_back({{"role", "system"}, {"content", a.system}});
+    msgs.push_back({{"role", "user"}, {"content", text}});
+    ChatOptions opt;
+    opt.add_generation_prompt = true;
+    const int32_t bos = tok.bos_id(), eos = tok.eos_id();
+    opt.bos_token = bos >= 0 ? tok.piece(bos) : "";
+    opt.eos_token = eos >= 0 ? tok.piece(eos) : "";
+    const std::string rendered = ChatTemplate(load_chat_template(dir)).render(msgs, opt);
+    // As transformers' apply_chat_template(tokenize=True): the template writes the BOS text
+    // itself, so none is added (exactly one BOS reaches the model).
     prompt = lm->encode_prompt(rendered, /*no_bos=*/true);
   } else {
     prompt = lm->encode_prompt(text, a.no_bos);
@@ -160,7 +167,8 @@ Action register_run(CLI::App& app) {
   app.add_option("-c,--ctx", a->ctx, "context size in tokens (default 0 = the model's)")->check(kCount);
   app.add_option("-t,--threads", a->threads, "CPU threads (default: all cores)")->check(kCount);
   app.add_flag("--chat", a->chat, "wrap the prompt in the model's chat template (one user turn)");
-  app.add_option("--system", a->system, "system text for --chat (folded into the first user turn)");
+  app.add_option("--system", a->system,
+                 "system message for --chat (templates without a system turn get it folded into the user turn)");
   app.add_flag("--stats", a->stats, "print load time, TTFT, prefill/decode tok/s, peak RSS to stderr");
   app.add_flag("--json", a->json,
                "print one JSON object: prompt_ids, generated_ids, text, finish_reason, context_full, seed, stats");

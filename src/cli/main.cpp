@@ -42,6 +42,8 @@ int main(int argc, char** argv) {
   add("tokenize", "print the token ids and pieces of a text", eg::cli::register_tokenize);
   add("synth", "write a random-weight checkpoint with the real shapes of a Gemma model",
       eg::cli::register_synth);
+  add("inspect", "show a checkpoint's architecture, parameter counts, bytes per token and KV bytes",
+      eg::cli::register_inspect);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

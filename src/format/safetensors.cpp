@@ -396,8 +396,9 @@ bool write_all(int fd, const void* p, size_t n) {
 
 }  // namespace
 
-void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                       const std::unordered_map<std::string, std::string>& metadata) {
+SafetensorsWriter::SafetensorsWriter(const std::string& path, const std::vector<TensorSpec>& tensors,
+                                     const std::unordered_map<std::string, std::string>& metadata)
+    : path_(path) {
   // Validate and build the header (ordered: "__metadata__" first, then tensors in the given order).
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.empty()) {
@@ -407,10 +408,10 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     header["__metadata__"] = std::move(m);
   }
   std::unordered_set<std::string> seen;
-  std::vector<uint64_t> sizes;
-  sizes.reserve(tensors.size());
+  names_.reserve(tensors.size());
+  ends_.reserve(tensors.size());
   uint64_t offset = 0;
-  for (const TensorToWrite& t : tensors) {
+  for (const TensorSpec& t : tensors) {
     if (t.name == "__metadata__") fail(path, "\"__metadata__\" cannot be a tensor name");
     if (!seen.insert(t.name).second) fail_tensor(path, t.name, "duplicate tensor name");
     for (int64_t d : t.shape) {
@@ -421,15 +422,16 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     if (!checked_nbytes(t.shape, t.dtype, &nbytes))
       fail_tensor(path, t.name,
                   "element count of shape " + shape_to_string(t.shape) + " overflows");
-    if (nbytes > 0 && t.data == nullptr) fail_tensor(path, t.name, "data is null");
     if (__builtin_add_overflow(offset, nbytes, &offset)) fail(path, "total data size overflows");
     nlohmann::ordered_json e = nlohmann::ordered_json::object();
     e["dtype"] = dtype_name(t.dtype);
     e["shape"] = t.shape;
     e["data_offsets"] = {offset - nbytes, offset};
     header[t.name] = std::move(e);
-    sizes.push_back(nbytes);
+    names_.push_back(t.name);
+    ends_.push_back(offset);
   }
+  total_ = offset;
   std::string hs;
   try {
     hs = header.dump();
@@ -442,35 +444,95 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   uint8_t len_bytes[8];
   for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<uint8_t>(uint64_t{hs.size()} >> (8 * i));
 
-  // Write a temporary file next to the target, then rename it into place.
+  // Write a temporary file next to the target; finish() renames it into place.
   const fs::path target(path);
   fs::path dir = target.parent_path();
   if (dir.empty()) dir = ".";
-  std::string tmp = (dir / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
-  const int fd = ::mkstemp(tmp.data());
-  if (fd < 0) throw Error("cannot write " + path + ": " + std::strerror(errno));
-  auto io_fail = [&](const char* what) {
-    const int err = errno;
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw Error("cannot write " + path + ": " + what + ": " + std::strerror(err));
-  };
-  if (!write_all(fd, len_bytes, 8) || !write_all(fd, hs.data(), hs.size())) io_fail("write");
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    if (sizes[i] > 0 && !write_all(fd, tensors[i].data, sizes[i])) io_fail("write");
+  tmp_ = (dir / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
+  fd_ = ::mkstemp(tmp_.data());
+  if (fd_ < 0) throw Error("cannot write " + path + ": " + std::strerror(errno));
+  if (!write_all(fd_, len_bytes, 8) || !write_all(fd_, hs.data(), hs.size())) io_fail("write");
+}
+
+SafetensorsWriter::~SafetensorsWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
   }
-  if (::fchmod(fd, 0644) != 0) io_fail("fchmod");
-  if (::fsync(fd) != 0) io_fail("fsync");
+}
+
+void SafetensorsWriter::io_fail(const char* what) {
+  const int err = errno;
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  ::unlink(tmp_.c_str());
+  throw Error("cannot write " + path_ + ": " + what + ": " + std::strerror(err));
+}
+
+size_t SafetensorsWriter::current_tensor() const {
+  return static_cast<size_t>(std::upper_bound(ends_.begin(), ends_.end(), written_) - ends_.begin());
+}
+
+void SafetensorsWriter::append(const void* data, size_t n) {
+  if (fd_ < 0) throw Error("cannot write " + path_ + ": the writer is closed");
+  if (n > total_ - written_) {
+    const size_t i = current_tensor();
+    if (i < names_.size())
+      fail_tensor(path_, names_[i], "more data than its shape and dtype hold (" + std::to_string(n) +
+                                        " bytes given, " + std::to_string(total_ - written_) +
+                                        " left in the file)");
+    fail(path_, "more tensor data than the header announces");
+  }
+  if (n > 0 && data == nullptr) fail(path_, "data is null");
+  if (!write_all(fd_, data, n)) io_fail("write");
+  written_ += n;
+}
+
+void SafetensorsWriter::finish() {
+  if (fd_ < 0) throw Error("cannot write " + path_ + ": the writer is closed");
+  if (written_ != total_) {
+    const size_t i = current_tensor();
+    const int fd = fd_;
+    fd_ = -1;
+    ::close(fd);
+    ::unlink(tmp_.c_str());
+    fail_tensor(path_, names_[i], "data incomplete (" + std::to_string(total_ - written_) +
+                                      " bytes of the file missing)");
+  }
+  if (::fchmod(fd_, 0644) != 0) io_fail("fchmod");
+  if (::fsync(fd_) != 0) io_fail("fsync");
+  const int fd = fd_;
+  fd_ = -1;
   if (::close(fd) != 0) {
     const int err = errno;
-    ::unlink(tmp.c_str());
-    throw Error("cannot write " + path + ": close: " + std::strerror(err));
+    ::unlink(tmp_.c_str());
+    throw Error("cannot write " + path_ + ": close: " + std::strerror(err));
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     const int err = errno;
-    ::unlink(tmp.c_str());
-    throw Error("cannot write " + path + ": rename: " + std::strerror(err));
+    ::unlink(tmp_.c_str());
+    throw Error("cannot write " + path_ + ": rename: " + std::strerror(err));
   }
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                       const std::unordered_map<std::string, std::string>& metadata) {
+  std::vector<TensorSpec> specs;
+  specs.reserve(tensors.size());
+  for (const TensorToWrite& t : tensors) specs.push_back({t.name, t.dtype, t.shape});
+  // Checked before anything is written: a null buffer for a non-empty tensor.
+  for (const TensorToWrite& t : tensors) {
+    uint64_t nbytes = 0;
+    if (t.data == nullptr && checked_nbytes(t.shape, t.dtype, &nbytes) && nbytes > 0)
+      fail_tensor(path, t.name, "data is null");
+  }
+  SafetensorsWriter w(path, specs, metadata);
+  for (const TensorToWrite& t : tensors) {
+    uint64_t nbytes = 0;
+    checked_nbytes(t.shape, t.dtype, &nbytes);  // validated by the writer
+    w.append(t.data, static_cast<size_t>(nbytes));
+  }
+  w.finish();
 }
 
 }  // namespace eg

@@ -64,7 +64,48 @@ struct TensorToWrite {
 
 /// Writes a safetensors file (tensors in the given order, header padded to 8 bytes with spaces).
 /// `metadata` goes into "__metadata__". Throws eg::Error on I/O failure.
+/// Implemented with SafetensorsWriter.
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::unordered_map<std::string, std::string>& metadata = {});
+
+/// Name, dtype and shape of a tensor to write (its bytes come later).
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+};
+
+/// Streaming safetensors writer, for files larger than memory: the tensor list is given up front
+/// (the header is validated and written by the constructor), then the tensors' bytes are appended
+/// in the listed order, in pieces of any size (append() may cross tensor boundaries), and
+/// finish() checks that every byte came, fsyncs and renames the temporary file (created next to
+/// `path`, mode 0644) into place. If finish() is never reached (an exception, a destructor run
+/// early) the temporary file is removed and `path` is left untouched. Throws eg::Error naming the
+/// file (and the tensor) on invalid input, on more bytes than announced, and on I/O failure.
+class SafetensorsWriter {
+ public:
+  SafetensorsWriter(const std::string& path, const std::vector<TensorSpec>& tensors,
+                    const std::unordered_map<std::string, std::string>& metadata = {});
+  ~SafetensorsWriter();
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+
+  /// Appends the next n bytes of tensor data.
+  void append(const void* data, size_t n);
+  /// Index of the tensor the next appended byte belongs to (== number of tensors when complete).
+  size_t current_tensor() const;
+  /// Bytes still expected in total.
+  uint64_t remaining() const { return total_ - written_; }
+  /// Completes the file (see above).
+  void finish();
+
+ private:
+  [[noreturn]] void io_fail(const char* what);
+  std::string path_, tmp_;
+  int fd_ = -1;
+  std::vector<std::string> names_;
+  std::vector<uint64_t> ends_;  // cumulative end offset of each tensor
+  uint64_t total_ = 0, written_ = 0;
+};
 
 }  // namespace eg

@@ -1,73 +1,133 @@
-// Gemma 3 chat template, hand-written equivalent of shared/templates/google-gemma-3-it.jinja as
-// transformers renders it (trim_blocks + lstrip_blocks; `| trim` is Python's str.strip()).
+// ChatTemplate: the template variables transformers passes, the leading-system fold rule, and
+// finding a model directory's template (see chat_template.h).
 #include "tokenizer/chat_template.h"
 
+#include <filesystem>
+
 #include "core/error.h"
-#include "tokenizer/utf8.h"
+#include "core/file_util.h"
 
 namespace eg {
 
 namespace {
 
-// Python str.strip(): removes leading and trailing characters for which str.isspace() is true.
-std::string_view python_strip(std::string_view s) {
-  size_t b = 0;
-  while (b < s.size()) {
-    size_t len = 0;
-    const uint32_t c = utf8::decode_at(s, b, &len);
-    if (!utf8::is_python_space(c)) break;
-    b += len;
+using jinja::Value;
+
+// The text of a system message's content: the string, or the concatenated text parts.
+std::optional<std::string> system_text(const Value& content) {
+  if (content.is_string()) return content.str();
+  if (!content.is_list()) return std::nullopt;
+  std::string text;
+  for (const Value& part : content.list().items) {
+    if (!part.is_dict()) continue;
+    const Value* type = part.dict().find("type");
+    const Value* t = part.dict().find("text");
+    if (type != nullptr && type->is_string() && type->str() == "text" && t != nullptr && t->is_string())
+      text += t->str();
   }
-  size_t e = s.size();
-  while (e > b) {
-    size_t start = e - 1;
-    while (start > b && (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) --start;
-    size_t len = 0;
-    const uint32_t c = utf8::decode_at(s, start, &len);
-    if (start + len != e) {  // not one whole character (invalid UTF-8): keep the byte
-      break;
-    }
-    if (!utf8::is_python_space(c)) break;
-    e = start;
+  return text;
+}
+
+bool has_role(const Value& msg, const char* role) {
+  if (!msg.is_dict()) return false;
+  const Value* r = msg.dict().find("role");
+  return r != nullptr && r->is_string() && r->str() == role;
+}
+
+// [system, user, ...] -> [user with the system text in front, ...]; nullopt when not applicable.
+std::optional<Value> fold_leading_system(const Value& messages) {
+  if (!messages.is_list()) return std::nullopt;
+  const auto& items = messages.list().items;
+  if (items.size() < 2 || !has_role(items[0], "system") || !has_role(items[1], "user")) return std::nullopt;
+  const Value* sc = items[0].dict().find("content");
+  const std::optional<std::string> sys = sc != nullptr ? system_text(*sc) : std::nullopt;
+  const Value* uc = items[1].dict().find("content");
+  if (!sys || uc == nullptr) return std::nullopt;
+  Value content;
+  if (uc->is_string()) {
+    content = Value(*sys + "\n\n" + uc->str());
+  } else if (uc->is_list()) {
+    std::vector<Value> parts{Value::dict({{"type", Value("text")}, {"text", Value(*sys + "\n\n")}})};
+    parts.insert(parts.end(), uc->list().items.begin(), uc->list().items.end());
+    content = Value::list(std::move(parts));
+  } else {
+    return std::nullopt;
   }
-  return s.substr(b, e - b);
+  jinja::DictData user = items[1].dict();
+  user.set("content", std::move(content));
+  std::vector<Value> out{Value::dict(std::move(user.items))};
+  out.insert(out.end(), items.begin() + 2, items.end());
+  return Value::list(std::move(out));
 }
 
 }  // namespace
 
-std::string render_gemma3_chat(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
-                               const std::string& bos_token) {
-  if (messages.empty()) throw Error("chat template: the conversation is empty");
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const std::string& r = messages[i].role;
-    if (r != "system" && r != "user" && r != "assistant")
-      throw Error("chat template: message " + std::to_string(i) + " has unknown role '" + r +
-                  "' (expected system, user or assistant)");
-  }
+ChatTemplate::ChatTemplate(std::string_view source) : tpl_(source) {}
 
-  std::string out = bos_token;
-  size_t first = 0;
-  std::string first_user_prefix;
-  if (messages[0].role == "system") {
-    first_user_prefix = messages[0].content + "\n\n";  // not trimmed, as in the template
-    first = 1;
+std::string ChatTemplate::render(const nlohmann::json& messages, const ChatOptions& opt) const {
+  return render_value(Value::from_json(messages), opt);
+}
+
+std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const ChatOptions& opt) const {
+  return render_value(Value::from_json(messages), opt);
+}
+
+std::string ChatTemplate::render_value(const Value& messages, const ChatOptions& opt) const {
+  if (!messages.is_list()) throw Error("chat template: messages must be a JSON array");
+  // transformers raises (IndexError) on an empty conversation before rendering.
+  if (messages.list().items.empty()) throw Error("chat template: the conversation is empty");
+  if (!opt.tools.is_null() && !opt.tools.is_array()) throw Error("chat template: tools must be a JSON array or null");
+  if (!opt.extra.is_null() && !opt.extra.is_object()) throw Error("chat template: extra must be a JSON object");
+  auto variables = [&](const Value& msgs) {
+    jinja::DictData vars;
+    vars.set("messages", msgs);
+    vars.set("tools", opt.tools.is_null() ? Value::none() : Value::from_json(opt.tools));
+    vars.set("documents", Value::none());
+    vars.set("add_generation_prompt", Value(opt.add_generation_prompt));
+    vars.set("bos_token", Value(opt.bos_token));
+    vars.set("eos_token", Value(opt.eos_token));
+    if (opt.enable_thinking) vars.set("enable_thinking", Value(*opt.enable_thinking));
+    if (opt.extra.is_object())
+      for (auto it = opt.extra.begin(); it != opt.extra.end(); ++it) vars.set(it.key(), Value::from_json(it.value()));
+    return Value::dict(std::move(vars.items));
+  };
+  try {
+    return tpl_.render(variables(messages));
+  } catch (const jinja::TemplateRaise&) {
+    if (!opt.fold_system) throw;
+    const std::optional<Value> folded = fold_leading_system(messages);
+    if (!folded) throw;
+    return tpl_.render(variables(*folded));
   }
-  for (size_t i = first; i < messages.size(); ++i) {
-    const ChatMessage& m = messages[i];
-    const size_t k = i - first;  // loop.index0
-    // The template's only check: even turns are user turns, odd turns are not.
-    if ((m.role == "user") != (k % 2 == 0))
-      throw Error("chat template: Conversation roles must alternate user/assistant/user/assistant/... (message " +
-                  std::to_string(i) + " is '" + m.role + "')");
-    out += "<start_of_turn>";
-    out += m.role == "assistant" ? "model" : m.role;  // a later "system" renders as itself
-    out += '\n';
-    if (k == 0) out += first_user_prefix;
-    out += python_strip(m.content);
-    out += "<end_of_turn>\n";
+}
+
+std::string load_chat_template(const std::string& model_dir) {
+  namespace fs = std::filesystem;
+  const fs::path dir(model_dir);
+  if (fs::exists(dir / "chat_template.jinja")) return read_file((dir / "chat_template.jinja").string());
+  const fs::path cfg = dir / "tokenizer_config.json";
+  if (fs::exists(cfg)) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(read_file(cfg.string()));
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(cfg.string() + ": invalid JSON: " + e.what());
+    }
+    const auto it = j.is_object() ? j.find("chat_template") : j.end();
+    if (j.is_object() && it != j.end() && !it->is_null()) {
+      if (it->is_string()) return it->get<std::string>();
+      if (it->is_array()) {
+        for (const auto& t : *it) {
+          if (t.is_object() && t.value("name", "") == "default" && t.contains("template") && t["template"].is_string())
+            return t["template"].get<std::string>();
+        }
+        throw Error(cfg.string() + ": chat_template lists several templates and none is named 'default'");
+      }
+      throw Error(cfg.string() + ": chat_template must be a string or a list of {name, template}");
+    }
   }
-  if (add_generation_prompt) out += "<start_of_turn>model\n";
-  return out;
+  throw Error("model has no chat template (" + model_dir +
+              ": no chat_template.jinja and no chat_template in tokenizer_config.json)");
 }
 
 }  // namespace eg

@@ -270,7 +270,9 @@ class Parser {
     expect(K::BlockEnd, "'%}'");
     const int saved = loop_depth_;
     loop_depth_ = 0;
+    ++macro_depth_;
     n->body = subparse({"endmacro"});
+    --macro_depth_;
     loop_depth_ = saved;
     end_tag();
     return n;
@@ -483,6 +485,7 @@ class Parser {
       } else if (n == "none" || n == "None") {
         e->value = Value::none();
       } else {
+        if (macro_depth_ > 0 && (n == "varargs" || n == "kwargs")) unsupported(n + " in a macro");
         e->kind = Expr::Kind::Name;
         e->name = n;
       }
@@ -676,6 +679,7 @@ class Parser {
   size_t i_ = 0;
   int depth_ = 0;
   int loop_depth_ = 0;
+  int macro_depth_ = 0;
 };
 
 }  // namespace
