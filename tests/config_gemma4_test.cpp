@@ -7,6 +7,8 @@
 
 #include "core/error.h"
 #include "model/config.h"
+#include "model/model.h"
+#include "test_util.h"
 
 using nlohmann::json;
 
@@ -157,4 +159,20 @@ TEST(Gemma2Config, DefaultsAndHubKeys) {
   }
 }
 
+}  // namespace
+
+// The √H embedding scale per compute dtype equals what transformers materialises
+// (tests/fixtures/embed_scale_reference.json, recorded with transformers 5.17).
+
+namespace {
+TEST(EmbeddingScale, MatchesTransformersPerDtype) {
+  const json ref = json::parse(egtest::read_file(egtest::source_dir() + "/tests/fixtures/embed_scale_reference.json"));
+  ASSERT_GE(ref["table"].size(), 7u);
+  for (const auto& row : ref["table"]) {
+    const int H = row["hidden_size"];
+    EXPECT_EQ(eg::embedding_scale(H, eg::DType::F32), row["fp32"].get<float>()) << H;
+    EXPECT_EQ(eg::embedding_scale(H, eg::DType::BF16), row["bf16"].get<float>()) << H;
+    EXPECT_EQ(eg::embedding_scale(H, eg::DType::F16), row["fp16"].get<float>()) << H;
+  }
+}
 }  // namespace

@@ -127,9 +127,8 @@ void write_synthetic_tokenizer(const fs::path& dir, int V) {
   for (int c = 0x21; c < 0x7f; ++c) push(std::string(1, static_cast<char>(c)));
   // Merges (in rank order) and the pieces they create.
   const std::vector<std::pair<std::string, std::string>> merges = {
-      {"h", "e"},   {"l", "l"},    {"he", "ll"}, {"hell", "o"}, {sp, "hello"}, {"t", "h"},
-      {"th", "e"},  {sp, "the"},   {"h", "i"},   {sp, "hi"},    {"f", "o"},    {"fo", "x"},
-      {sp, "fox"},  {sp, "t"},     {sp, "a"}};
+      {"t", "h"},  {"th", "e"},   {sp, "the"},  {"h", "e"},  {"l", "l"}, {"he", "ll"}, {"hell", "o"},
+      {sp, "hello"}, {"h", "i"},  {sp, "hi"},   {"f", "o"},  {"fo", "x"}, {sp, "fox"},  {sp, "a"}};
   for (const auto& [a, b] : merges) push(a + b);
   if (static_cast<int>(pieces.size()) > V) throw Error("internal: synthetic vocabulary too large");
   for (int id = static_cast<int>(pieces.size()); id < V; ++id) push(sp + "tok" + std::to_string(id));

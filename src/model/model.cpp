@@ -27,8 +27,18 @@ Model::Model(ModelConfig cfg, TensorStore store) : cfg_(std::move(cfg)) {
     ops::rope_inv_freq(l.rope_theta, l.rope_dims, l.rope_linear_factor, inv_freq_[i].data());
     std::fill(inv_freq_[i].begin() + l.rope_pairs, inv_freq_[i].end(), 0.0f);
   }
-  // √H materialised as an f32 (the f32 reference path); Python computes H**0.5 in double.
-  embed_scale_ = static_cast<float>(std::sqrt(static_cast<double>(cfg_.hidden_size)));
+  embed_scale_ = embedding_scale(cfg_.hidden_size, DType::F32);  // the f32 compute path
+}
+
+float embedding_scale(int hidden_size, DType compute) {
+  // Python computes H**0.5 in double; torch then stores it in the compute dtype.
+  const float f = static_cast<float>(std::sqrt(static_cast<double>(hidden_size)));
+  switch (compute) {
+    case DType::F32: return f;
+    case DType::BF16: return bf16_to_f32(f32_to_bf16(f));
+    case DType::F16: return f16_to_f32(f32_to_f16(f));
+  }
+  return f;
 }
 
 namespace {

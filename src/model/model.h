@@ -24,6 +24,10 @@ struct ForwardScratch {
   std::vector<float> x, h, q, k, v, attn, proj, gate, up, ple, moe_in, moe_out;
 };
 
+/// The √H embedding scale as transformers materialises it in the compute dtype: float32(√H) for
+/// f32, rounded to bf16 / f16 for 16-bit runs (gemma-architectures.md §0.5: 1152 → 34.0 in bf16).
+float embedding_scale(int hidden_size, DType compute);
+
 /// Which positions get logits.
 enum class LogitsMode { Last, All, None };
 
