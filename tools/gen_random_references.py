@@ -40,6 +40,7 @@ import collections
 import copy
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -217,16 +218,18 @@ WRAPPER_TOP = {
 # Gemma 4 attention has scaling 1.0 on RMS-normed q and k, so with unit norm weights the scores reach ~50,
 # the softmax is nearly one-hot and float32 rounding noise grows to ~1e-3 in the logits (measured against a
 # float64 forward), too close to a 1e-3 test tolerance. For the same reason the Gemma 2 q/k projections are
-# kept at std 0.1 (scores up to ~12 before the cap of 50; the cap still moves the logits by ~0.3).
+# kept at std 0.1 (scores up to ~12 before the cap of 50; the cap still moves gemma2-random's logits by 0.14).
 INIT_G2 = {"emb": 0.01, "qk": 0.1, "lin": 0.06, "norm": 0.3, "final_norm_add": 20.0}
 INIT_G4 = {"emb": 0.05, "qk": 0.06, "lin": 0.06, "norm": 0.3, "final_norm_add": 3.0, "qk_norm_scale": 0.35,
            "layer_scalar": [0.4, 0.8], "router": 1.5, "per_expert_scale": [0.5, 1.5], "ple_emb": 0.05}
 INIT_G4_MOE = dict(INIT_G4, qk_norm_scale=0.45)
+INIT_G4_WRAPPER = dict(INIT_G4, qk_norm_scale=0.4)
 # A seed is accepted when its greedy ids are varied, every greedy step's top-1/top-2 logit gap is at least
 # MIN_MARGIN, and the float32 logits of the same checkpoint computed on the CPU (other kernels, other
 # summation order) agree with the GPU reference to MAX_CPU_GPU_DIFF.
 MIN_MARGIN = 2e-3
-MAX_CPU_GPU_DIFF = 2e-4
+MAX_CPU_GPU_DIFF = 1.5e-4
+N_SEEDS = 16
 
 MODELS = [
     {"name": "gemma2-random", "family": "gemma2", "hub": GEMMA2, "init": INIT_G2, "seed": 2000,
@@ -236,7 +239,7 @@ MODELS = [
     {"name": "gemma4-random-moe-kv", "family": "gemma4",
      "hub": dict(GEMMA4_MOE_TEXT, architectures=["Gemma4ForCausalLM"]), "init": INIT_G4_MOE, "seed": 4100,
      "max_shard_size": "2MB", "min_shards": 3},
-    {"name": "gemma4-random-wrapper", "family": "gemma4", "wrapper": True, "init": INIT_G4, "seed": 4200,
+    {"name": "gemma4-random-wrapper", "family": "gemma4", "wrapper": True, "init": INIT_G4_WRAPPER, "seed": 4200,
      "hub": dict(WRAPPER_TOP, text_config=GEMMA4_WRAPPER_TEXT, vision_config=TINY_VISION,
                  audio_config=TINY_AUDIO, eos_token_id=[1, 106]),
      "optional_extras": ["eos_token_id"]},
@@ -307,7 +310,7 @@ def randomize(model, spec, seed):
                 uniform(p, *P["per_expert_scale"])
             elif fam == "gemma4" and short.endswith(("q_norm.weight", "k_norm.weight")):
                 normal(p, P["norm"] * P["qk_norm_scale"], P["qk_norm_scale"])
-            elif short.endswith("norm.weight"):
+            elif re.search(r"norm(_\d+)?\.weight$", short):  # incl. pre/post_feedforward_layernorm_1/_2
                 mean = 0.0 if fam == "gemma2" else 1.0
                 if short == "norm.weight":
                     mean += P["final_norm_add"]
@@ -315,6 +318,8 @@ def randomize(model, spec, seed):
             elif short.endswith(("q_proj.weight", "k_proj.weight")):
                 normal(p, P["qk"])
             else:
+                if "norm" in short or "scale" in short:
+                    raise RuntimeError(f"randomize: no rule for {name}")
                 normal(p, P["lin"])
             done.append(short)
         for name, b in model.named_buffers():
@@ -453,8 +458,9 @@ def make_one(spec, out_root, ids):
                 traceback.print_exc()
         else:
             raise RuntimeError("could not build the wrapper")
-    for attempt in range(10):
-        seed = spec["seed"] + attempt
+
+    def attempt(seed):
+        torch.manual_seed(seed)  # the wrapper's towers keep transformers' own (global-RNG) init
         if os.path.isdir(out):
             shutil.rmtree(out)
         os.makedirs(out)
@@ -471,6 +477,7 @@ def make_one(spec, out_root, ids):
             for f in os.listdir(out):
                 os.remove(os.path.join(out, f))
             model.save_pretrained(out, max_shard_size="1MB")
+        del model
         for f in ("generation_config.json",):
             if os.path.exists(os.path.join(out, f)):
                 os.remove(os.path.join(out, f))
@@ -482,7 +489,12 @@ def make_one(spec, out_root, ids):
         with torch.no_grad():
             d_cpu = float((cpu_model(ids).logits[0].float() - logits)[POSITIONS].abs().max())
         del cpu_model
-        log(f"[{name}] seed {seed}: greedy {greedy} min margin {min(margin):.4g} cpu-vs-gpu {d_cpu:.3g}")
+        c = collections.Counter(greedy)
+        r = dict(seed=seed, ref_model=ref_model, info=info, dropped=dropped, saved_cfg=saved_cfg, logits=logits,
+                 greedy=greedy, step_max=step_max, margin=margin, d_cpu=d_cpu,
+                 score=(len(c), -c.most_common(1)[0][1]))
+        log(f"[{name}] seed {seed}: greedy {greedy} distinct/maxrepeat {r['score']} min margin {min(margin):.4g} "
+            f"cpu-vs-gpu {d_cpu:.3g}")
         why = []
         if not varied(greedy):
             why.append(f"greedy ids not varied {greedy}")
@@ -490,13 +502,30 @@ def make_one(spec, out_root, ids):
             why.append(f"greedy top-2 margin {min(margin):.3g} < {MIN_MARGIN}")
         if d_cpu > MAX_CPU_GPU_DIFF:
             why.append(f"cpu-vs-gpu float32 logits differ by {d_cpu:.3g} > {MAX_CPU_GPU_DIFF}")
-        if not why:
+        r["why"] = why
+        return r
+
+    # Take the first seed with clearly varied greedy ids; otherwise the best acceptable one of N_SEEDS.
+    best = None
+    for k in range(N_SEEDS):
+        r = attempt(spec["seed"] + k)
+        if r["why"]:
+            notes.append(f"seed {r['seed']} rejected: " + "; ".join(r["why"]))
+        elif best is None or r["score"] > best["score"]:
+            best = r
+        if best is r and r["score"][0] >= 15 and -r["score"][1] <= 3:
             break
-        notes.append(f"seed {seed} rejected: " + "; ".join(why))
-        log(f"[{name}] " + notes[-1])
-        del ref_model
-    else:
+        if best is not r:
+            del r["ref_model"]
+            torch.cuda.empty_cache()
+    if best is None:
         raise RuntimeError(f"{name}: no seed was accepted: {notes}")
+    if best is not r:  # rebuild the chosen seed (the folder holds the last one tried)
+        notes.append(f"seed {best['seed']} chosen among {k + 1} (best distinct/max-repeat {best['score']})")
+        del best["ref_model"]
+        best = attempt(best["seed"])
+    seed, ref_model, info, dropped, saved_cfg = (best[x] for x in ("seed", "ref_model", "info", "dropped", "saved_cfg"))
+    logits, greedy, step_max, margin, d_cpu = (best[x] for x in ("logits", "greedy", "step_max", "margin", "d_cpu"))
 
     files = sorted(os.listdir(out))
     shards = [f for f in files if f.endswith(".safetensors")]
