@@ -38,15 +38,19 @@ std::string expect_error(std::vector<std::string> args, const std::string& needl
 }
 
 TEST(Cli, RunReproducesTransformersGreedyIds) {
-  const json ref = reference();
-  for (const auto& p : ref["prompts"]) {
-    const bool chat = p["id"] == "chat_fortune";
-    std::vector<std::string> args = {"run", "-m", tiny(), "-p", p["text"], "-n", "40", "--ignore-eos"};
-    if (chat) args.push_back("--no-bos");  // the text already carries <bos>
-    const json j = run_json(args);
-    EXPECT_EQ(j["prompt_ids"], p["input_ids"]) << p["id"];
-    EXPECT_EQ(j["generated_ids"], p["greedy_new_ids"]) << p["id"];
-    EXPECT_TRUE(j["stats"].contains("ttft_ms"));
+  for (const char* model : {"tiny-gemma3", "tiny-gemma2", "tiny-gemma4", "tiny-gemma4-moe"}) {
+    const std::string dir = egtest::shared_dir() + "/models/" + model;
+    const json ref = json::parse(egtest::read_file(dir + "/reference.json"));
+    for (const auto& p : ref["prompts"]) {
+      const bool chat = p["id"] == "chat_fortune";
+      std::vector<std::string> args = {"run", "-m", dir, "-p", p["text"], "-n", "40", "--ignore-eos"};
+      if (chat) args.push_back("--no-bos");  // the text already carries <bos>
+      const json j = run_json(args);
+      EXPECT_EQ(j["prompt_ids"], p["input_ids"]) << model << " " << p["id"];
+      EXPECT_EQ(j["generated_ids"], p["greedy_new_ids"]) << model << " " << p["id"];
+      EXPECT_EQ(j["text"], p["greedy_text"]) << model << " " << p["id"];
+      EXPECT_TRUE(j["stats"].contains("ttft_ms"));
+    }
   }
 }
 
