@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -97,7 +98,9 @@ TEST(ChatTemplate, EarlierGemma3Fixture) {
       ++raised;
     } else {
       EXPECT_EQ(gemma3.render(c["messages"], opt), c["text"].get<std::string>());
-      if (!c["messages"].empty()) EXPECT_EQ(tiny.render(c["messages"], opt), c["text"].get<std::string>());
+      if (!c["messages"].empty()) {
+        EXPECT_EQ(tiny.render(c["messages"], opt), c["text"].get<std::string>());
+      }
       ++rendered;
     }
   }
@@ -143,23 +146,26 @@ TEST(ChatTemplate, FoldsSystemWhenTemplateRejectsIt) {
     EXPECT_STREQ(e.what(), "chat template: System role not supported");
   }
   // Parts: the system text becomes a leading text part of the user content.
-  const eg::ChatTemplate parts("{% for m in messages %}{{ m.role }}:{% for p in m.content %}[{{ p.text }}]"
-                               "{% endfor %}{% endfor %}{% if messages[0].role == 'system' %}"
-                               "{{ raise_exception('no system') }}{% endif %}");
+  const eg::ChatTemplate parts(
+      "{% for m in messages %}{{ m.role }}:{% for p in m.content %}[{{ p.text }}]"
+      "{% endfor %}{% endfor %}{% if messages[0].role == 'system' %}"
+      "{{ raise_exception('no system') }}{% endif %}");
   EXPECT_EQ(parts.render(json::parse(R"([{"role": "system", "content": [{"type": "text", "text": "S1"},
       {"type": "image"}, {"type": "text", "text": "S2"}]}, {"role": "user", "content": [{"type": "text", "text": "U"}]}])"),
                          {}),
             "user:[S1S2\n\n][U]");
   // Not folded: no user message after the system message, or an error other than raise_exception().
   EXPECT_THROW(gemma2.render(json::parse(R"([{"role": "system", "content": "s"}])"), {}), eg::jinja::TemplateRaise);
-  EXPECT_THROW(gemma2.render(json::parse(R"([{"role": "system", "content": "s"}, {"role": "assistant", "content": "a"}])"), {}),
-               eg::jinja::TemplateRaise);
+  EXPECT_THROW(
+      gemma2.render(json::parse(R"([{"role": "system", "content": "s"}, {"role": "assistant", "content": "a"}])"), {}),
+      eg::jinja::TemplateRaise);
   const eg::ChatTemplate undefined_error("{{ messages[0].content + undefined_name }}");
   EXPECT_THROW(undefined_error.render(conv, {}), eg::Error);
   // The folded rendering's own error is what comes out when it fails too.
   try {
     gemma2.render(json::parse(R"([{"role": "system", "content": "s"}, {"role": "user", "content": "a"},
-        {"role": "user", "content": "b"}])"), {});
+        {"role": "user", "content": "b"}])"),
+                  {});
     ADD_FAILURE() << "no error";
   } catch (const eg::jinja::TemplateRaise& e) {
     EXPECT_EQ(e.message(), "Conversation roles must alternate user/assistant/user/assistant/...");
@@ -206,8 +212,9 @@ TEST(ChatTemplate, LoadFromModelDir) {
   EXPECT_THROW(eg::load_chat_template(dir), eg::Error);
   egtest::write_file(dir + "/tokenizer_config.json", R"({"chat_template": "A{{ x }}"})");
   EXPECT_EQ(eg::load_chat_template(dir), "A{{ x }}");
-  egtest::write_file(dir + "/tokenizer_config.json",
-                     R"({"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]})");
+  egtest::write_file(
+      dir + "/tokenizer_config.json",
+      R"({"chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]})");
   EXPECT_EQ(eg::load_chat_template(dir), "D");
   egtest::write_file(dir + "/tokenizer_config.json", R"({"chat_template": [{"name": "tool_use", "template": "T"}]})");
   EXPECT_THROW(eg::load_chat_template(dir), eg::Error);

@@ -25,7 +25,7 @@ std::string render(std::string_view tpl, const char* vars = "{}") {
 void expect_error(std::string_view tpl, const std::string& part, const char* vars = "{}") {
   try {
     const std::string out = render(tpl, vars);
-    ADD_FAILURE() << "no error for: " << tpl << "\n rendered: " << out;
+    ADD_FAILURE() << "no error for: " << tpl.substr(0, 200) << "\n rendered: " << out.substr(0, 200);
   } catch (const eg::Error& e) {
     EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << tpl << "\n error: " << e.what();
   }
@@ -301,7 +301,7 @@ TEST(Jinja, RuntimeErrors) {
   expect_error("{{ [1, 2][::0] }}", "slice step cannot be zero");
   expect_error("{{ {} | dictsort(by='x') }}", "sort by either");
   expect_error("{{ [1, 'a'] | sort }}", "not supported between");
-  expect_error("{{ x | tojson }}", "not JSON serializable", R"({"x": null})" "" == nullptr ? "" : "{}");
+  expect_error("{{ nope | tojson }}", "Object of type Undefined is not JSON serializable");
   expect_error("{{ 'a' | trim(1, 2) }}", "takes at most 1 argument");
   expect_error("{{ 'a' | default(foo=1) }}", "unexpected keyword argument 'foo'");
   expect_error("{{ 9223372036854775807 + 1 }}", "unsupported Jinja feature 'integer arithmetic beyond 64 bits'");
@@ -327,15 +327,18 @@ TEST(Jinja, SyntaxErrors) {
   expect_error("{{ x | }}", "expected a name");
   expect_error("{{ x", "unclosed '{{'");
   expect_error("{# x", "unclosed comment");
-  expect_error("{{ (1 }}", "expected ')'");
   expect_error("{{ 1 ]}}", "unexpected ']'");
+  expect_error("{{ (1 }}", "unexpected '}'");
   expect_error("{% break %}", "'break' outside a loop");
   expect_error("{% for x in y %}{% macro m() %}{% break %}{% endmacro %}{% endfor %}", "'break' outside a loop");
   expect_error("{{ f(a=1, 2) }}", "positional argument after a keyword argument");
   expect_error("{{ x is defined is none }}", "syntax error");
   expect_error("{{ 1 @ 2 }}", "unexpected character '@'");
   expect_error("{% set %}", "expected a name");
-  expect_error(std::string(5000, '(') + "1" + std::string(5000, ')'), "nests too deeply");
+  expect_error("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}", "nests too deeply");
+  std::string deep_if;
+  for (int i = 0; i < 1000; ++i) deep_if += "{% if true %}";
+  expect_error(deep_if, "nests too deeply");
   expect_error("{{" + std::string(3000, '-') + "1 }}", "nests too deeply");
 }
 

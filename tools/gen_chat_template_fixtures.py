@@ -17,9 +17,15 @@ folded_text (or folded_error).
 
 Usage (on a machine with transformers; writes JSON):
   python3 tools/gen_chat_template_fixtures.py --shared DIR --out FILE [--emulate]
-DIR holds templates/*.jinja and tokenizers/tiny-gemma{,4}/ (tokenizer.json, tokenizer_config.json).
---emulate: without transformers, use plain jinja2 set up the way transformers sets it up (only for
-developing; the committed fixture comes from transformers).
+DIR holds templates/*.jinja and tokenizers/tiny-gemma{,4}/ (tokenizer.json, tokenizer_config.json):
+../shared itself, or a copy of those files. --emulate: without transformers, use plain jinja2 set
+up the way transformers sets it up (only for developing; the committed fixture comes from
+transformers).
+
+tests/fixtures/chat_template_cases.json was made with transformers 5.17.0 and jinja2 3.1.6 (on the
+GPU machine, from a copy of the files above in the git-ignored .device/tplshared/):
+  python3 tools/gen_chat_template_fixtures.py --shared .device/tplshared --out $OUT/chat_template_cases.json
+The emulated rendering agreed with it on all cases.
 """
 import argparse
 import copy

@@ -10,6 +10,14 @@ namespace eg::jinja {
 
 namespace {
 
+// "'str object'", as jinja2 names objects in its messages.
+std::string object_desc(const Value& v) {
+  std::string s = "'";
+  s += v.type_name();
+  s += " object'";
+  return s;
+}
+
 bool in_list(const std::string& name, std::initializer_list<const char*> names) {
   for (const char* n : names)
     if (name == n) return true;
@@ -19,18 +27,19 @@ bool in_list(const std::string& name, std::initializer_list<const char*> names) 
 // Python attribute names of str/dict/list we do not implement: looking one up is an error
 // (returning Undefined would silently change `{% if s.title %}`-like tests).
 bool python_str_attr(const std::string& n) {
-  return in_list(n, {"casefold", "center", "count", "encode", "expandtabs", "format", "format_map", "index",
-                     "isalnum", "isalpha", "isascii", "isdecimal", "isdigit", "isidentifier", "islower",
-                     "isnumeric", "isprintable", "isspace", "istitle", "isupper", "ljust", "maketrans",
-                     "partition", "removeprefix", "removesuffix", "rfind", "rindex", "rjust", "rpartition",
-                     "rsplit", "splitlines", "swapcase", "title", "translate", "zfill"});
+  return in_list(n,
+                 {"casefold",   "center",    "count",        "encode",       "expandtabs", "format",    "format_map",
+                  "index",      "isalnum",   "isalpha",      "isascii",      "isdecimal",  "isdigit",   "isidentifier",
+                  "islower",    "isnumeric", "isprintable",  "isspace",      "istitle",    "isupper",   "ljust",
+                  "maketrans",  "partition", "removeprefix", "removesuffix", "rfind",      "rindex",    "rjust",
+                  "rpartition", "rsplit",    "splitlines",   "swapcase",     "title",      "translate", "zfill"});
 }
 bool python_dict_attr(const std::string& n) {
   return in_list(n, {"clear", "copy", "fromkeys", "pop", "popitem", "setdefault", "update"});
 }
 bool python_list_attr(const std::string& n) {
-  return in_list(n, {"append", "clear", "copy", "count", "extend", "index", "insert", "pop", "remove", "reverse",
-                     "sort"});
+  return in_list(n,
+                 {"append", "clear", "copy", "count", "extend", "index", "insert", "pop", "remove", "reverse", "sort"});
 }
 
 std::optional<std::string> opt_str(const std::optional<Value>& v, const char* what) {
@@ -152,7 +161,8 @@ std::optional<Value> dict_method(const Value& self, const std::string& name) {
 
 Value get_attr(const Value& obj, const std::string& name) {
   switch (obj.type()) {
-    case Value::Type::String: return str_method(obj, name);
+    case Value::Type::String:
+      return str_method(obj, name);
     case Value::Type::Dict: {
       if (auto m = dict_method(obj, name)) return *m;
       if (const Value* v = obj.dict().find(name)) return *v;
@@ -166,9 +176,10 @@ Value get_attr(const Value& obj, const std::string& name) {
       if (obj.object().kind == ObjectData::Kind::Loop && name == "changed") eval_unsupported("loop.changed");
       break;
     }
-    default: break;
+    default:
+      break;
   }
-  return Value::undefined("'" + obj.type_name() + " object' has no attribute '" + name + "'");
+  return Value::undefined(object_desc(obj) + " has no attribute '" + name + "'");
 }
 
 Value get_item(const Value& obj, const Value& key) {
@@ -202,15 +213,16 @@ Value get_item(const Value& obj, const Value& key) {
     case Value::Type::Object:
       if (key.is_string()) return get_attr(obj, key.str());
       break;
-    default: break;
+    default:
+      break;
   }
-  return Value::undefined("'" + obj.type_name() + " object' has no attribute " + key.repr());
+  return Value::undefined(object_desc(obj) + " has no attribute " + key.repr());
 }
 
 Value slice_of(const Value& obj, const Value& start, const Value& stop, const Value& step) {
   const bool is_str = obj.is_string();
   if (!is_str && !(obj.is_list() && !obj.list().generator))
-    return Value::undefined("'" + obj.type_name() + " object' cannot be sliced");
+    return Value::undefined(object_desc(obj) + " cannot be sliced");
   auto idx = [](const Value& v) -> std::optional<int64_t> {
     if (v.is_none()) return std::nullopt;
     if (!v.is_int() && !v.is_bool()) eval_error("slice indices must be integers or None");
@@ -286,9 +298,8 @@ void add_globals(DictData& g) {
           o->attrs = kwargs_dict("namespace", a);
           return Value::object(std::move(o));
         }));
-  g.set("dict", Value::function("dict", [kwargs_dict](CallArgs& a) {
-          return Value::dict(kwargs_dict("dict", a).items);
-        }));
+  g.set("dict",
+        Value::function("dict", [kwargs_dict](CallArgs& a) { return Value::dict(kwargs_dict("dict", a).items); }));
   g.set("strftime_now", Value::function("strftime_now", [](CallArgs& a) {
           auto b = bind_args("strftime_now", {"format"}, a);
           if (!b[0] || !b[0]->is_string()) eval_error("strftime_now() takes a format string");

@@ -10,14 +10,10 @@ namespace eg::jinja {
 
 class Interpreter;
 
-/// An error raised while evaluating; the interpreter adds the template line. `unsupported`:
+/// Errors raised while evaluating (the interpreter adds the template line). eval_unsupported:
 /// the construct is outside the supported subset (reported as such).
-struct EvalError {
-  std::string msg;
-  bool unsupported = false;
-};
-[[noreturn]] inline void eval_error(std::string msg) { throw EvalError{std::move(msg), false}; }
-[[noreturn]] inline void eval_unsupported(std::string what) { throw EvalError{std::move(what), true}; }
+[[noreturn]] inline void eval_error(const std::string& msg) { throw ValueError(msg, false); }
+[[noreturn]] inline void eval_unsupported(const std::string& what) { throw ValueError(what, true); }
 
 // ---- operators.cpp -------------------------------------------------------------------------
 /// a op b for op in + - * / // % ** ~.
@@ -46,7 +42,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& subjec
 bool apply_test(Interpreter& in, const std::string& name, const Value& subject, CallArgs& args);
 
 /// Binds call arguments to a Python-like signature: returns one slot per name (nullopt: not
-/// given). Throws EvalError for unknown keywords or too many positional arguments.
+/// given). Throws ValueError for unknown keywords or too many positional arguments.
 std::vector<std::optional<Value>> bind_args(const std::string& fname, const std::vector<std::string>& names,
                                             CallArgs& args);
 

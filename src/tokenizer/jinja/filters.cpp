@@ -14,17 +14,15 @@ namespace eg::jinja {
 
 namespace {
 
-const char* const kFilters[] = {"abs",     "capitalize", "count",  "d",          "default", "dictsort", "first",
-                                "float",   "int",        "items",  "join",       "last",    "length",   "list",
-                                "lower",   "map",        "reject", "rejectattr", "replace", "reverse",  "safe",
-                                "select",  "selectattr", "sort",   "string",     "tojson",  "trim",     "unique",
-                                "upper"};
-const char* const kTests[] = {"boolean", "callable", "defined", "divisibleby", "eq",       "equalto", "even",
-                              "false",   "float",    "ge",      "gt",          "greaterthan", "in",   "integer",
-                              "iterable", "le",      "lessthan", "lower",      "lt",       "mapping", "ne",
-                              "none",    "number",   "odd",     "sameas",      "sequence", "string",  "true",
-                              "undefined", "upper",  "==",      "!=",          "<",        "<=",      ">",
-                              ">="};
+const char* const kFilters[] = {
+    "abs",  "capitalize", "count",      "d",    "default", "dictsort", "first",  "float",      "int",     "items",
+    "join", "last",       "length",     "list", "lower",   "map",      "reject", "rejectattr", "replace", "reverse",
+    "safe", "select",     "selectattr", "sort", "string",  "tojson",   "trim",   "unique",     "upper"};
+const char* const kTests[] = {
+    "boolean", "callable",  "defined",     "divisibleby", "eq",      "equalto",  "even",   "false",    "float",
+    "ge",      "gt",        "greaterthan", "in",          "integer", "iterable", "le",     "lessthan", "lower",
+    "lt",      "mapping",   "ne",          "none",        "number",  "odd",      "sameas", "sequence", "string",
+    "true",    "undefined", "upper",       "==",          "!=",      "<",        "<=",     ">",        ">="};
 
 bool flag(const std::optional<Value>& v, bool dflt) { return v ? v->truthy() : dflt; }
 
@@ -33,7 +31,8 @@ Value attr_path(const Value& item, const std::string& path) {
   Value v = item;
   for (const std::string& part : py::split(path, std::string("."), -1)) {
     if (v.is_undefined()) eval_error(v.undefined_hint());
-    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+    const bool digits =
+        !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
     v = get_item(v, digits ? Value(static_cast<int64_t>(std::strtoll(part.c_str(), nullptr, 10))) : Value(part));
   }
   return v;
@@ -172,8 +171,7 @@ Value tojson(const Value& x, CallArgs& args) {
   }
   if (b[2] && !b[2]->is_none()) {
     const Value& s = *b[2];
-    if (!s.is_list() || s.list().items.size() != 2 || !s.list().items[0].is_string() ||
-        !s.list().items[1].is_string())
+    if (!s.is_list() || s.list().items.size() != 2 || !s.list().items[0].is_string() || !s.list().items[1].is_string())
       eval_error("tojson separators must be a pair of strings");
     st.default_item_sep = false;
     st.item_sep = s.list().items[0].str();
@@ -314,8 +312,9 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& x, Cal
     std::vector<std::pair<Value, Value>> keyed;  // (sort key, (k, v))
     for (const auto& [k, v] : x.dict().items)
       keyed.emplace_back(sort_key(by == "key" ? Value(k) : v, cs), Value::list({Value(k), v}, true));
-    std::stable_sort(keyed.begin(), keyed.end(),
-                     [rev](const auto& p, const auto& q) { return rev ? less(q.first, p.first) : less(p.first, q.first); });
+    std::stable_sort(keyed.begin(), keyed.end(), [rev](const auto& p, const auto& q) {
+      return rev ? less(q.first, p.first) : less(p.first, q.first);
+    });
     std::vector<Value> out;
     for (auto& kv : keyed) out.push_back(std::move(kv.second));
     return Value::list(std::move(out));
@@ -331,8 +330,9 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& x, Cal
       keyed.emplace_back(sort_key(attr && !attr->is_none() ? attr_path(item, attr->to_str()) : item, cs), item);
     std::vector<Value> out;
     if (sort) {
-      std::stable_sort(keyed.begin(), keyed.end(),
-                       [rev](const auto& p, const auto& q) { return rev ? less(q.first, p.first) : less(p.first, q.first); });
+      std::stable_sort(keyed.begin(), keyed.end(), [rev](const auto& p, const auto& q) {
+        return rev ? less(q.first, p.first) : less(p.first, q.first);
+      });
       for (auto& kv : keyed) out.push_back(std::move(kv.second));
       return Value::list(std::move(out));
     }
@@ -373,8 +373,9 @@ bool apply_test(Interpreter& in, const std::string& name, const Value& x, CallAr
     bind_args(name, {}, args);
     return x.is_undefined() == (name == "undefined");
   }
-  static const char* const kUnary[] = {"none", "boolean", "true", "false", "integer", "float", "number", "string",
-                                       "mapping", "sequence", "iterable", "callable", "odd", "even", "lower", "upper"};
+  static const char* const kUnary[] = {"none",   "boolean", "true",    "false",    "integer",  "float",
+                                       "number", "string",  "mapping", "sequence", "iterable", "callable",
+                                       "odd",    "even",    "lower",   "upper"};
   if (std::any_of(std::begin(kUnary), std::end(kUnary), [&](const char* n) { return name == n; })) {
     bind_args(name, {}, args);
     if (name == "none") return x.is_none();

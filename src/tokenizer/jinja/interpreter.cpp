@@ -15,6 +15,13 @@ constexpr size_t kMaxOutput = size_t{256} << 20;
   throw Error("chat template: line " + std::to_string(line) + ": " + msg);
 }
 
+// A ValueError becomes a plain eg::Error naming the line (so outer levels leave it alone).
+[[noreturn]] void rethrow_with_line(const ValueError& e, int line) {
+  if (e.unsupported())
+    throw Error("chat template: unsupported Jinja feature '" + e.detail() + "' at line " + std::to_string(line));
+  runtime_error(line, e.detail());
+}
+
 ScopePtr child_of(const ScopePtr& parent) {
   auto s = std::make_shared<Scope>();
   s->parent = parent;
@@ -63,21 +70,31 @@ Interpreter::Flow Interpreter::exec(const Body& body, const ScopePtr& scope, std
 Interpreter::Flow Interpreter::exec_node(const Node& n, const ScopePtr& scope, std::string& out) {
   try {
     switch (n.kind) {
-      case Node::Kind::Data: out += n.text; break;
-      case Node::Kind::Print: out += eval(*n.expr, scope).to_str(); break;
+      case Node::Kind::Data:
+        out += n.text;
+        break;
+      case Node::Kind::Print:
+        out += eval(*n.expr, scope).to_str();
+        break;
       case Node::Kind::If:
         for (const auto& [cond, body] : n.branches)
           if (eval(*cond, scope).truthy()) return exec(body, scope, out);
         return exec(n.else_body, scope, out);
-      case Node::Kind::For: exec_for(n, scope, out); break;
-      case Node::Kind::Set: exec_set(n, scope); break;
+      case Node::Kind::For:
+        exec_for(n, scope, out);
+        break;
+      case Node::Kind::Set:
+        exec_set(n, scope);
+        break;
       case Node::Kind::SetBlock: {
         std::string captured;
         exec(n.body, child_of(scope), captured);
         scope->vars.set(n.targets[0], Value(std::move(captured)));
         break;
       }
-      case Node::Kind::Macro: scope->vars.set(n.text, make_macro(n, scope, n.text)); break;
+      case Node::Kind::Macro:
+        scope->vars.set(n.text, make_macro(n, scope, n.text));
+        break;
       case Node::Kind::CallBlock: {
         const Expr& call = *n.expr;
         const Value fn = eval(*call.args[0], scope);
@@ -86,14 +103,16 @@ Interpreter::Flow Interpreter::exec_node(const Node& n, const ScopePtr& scope, s
         out += this->call(fn, args).to_str();
         break;
       }
-      case Node::Kind::Break: return Flow::Break;
-      case Node::Kind::Continue: return Flow::Continue;
-      case Node::Kind::Generation: exec(n.body, child_of(scope), out); break;
+      case Node::Kind::Break:
+        return Flow::Break;
+      case Node::Kind::Continue:
+        return Flow::Continue;
+      case Node::Kind::Generation:
+        exec(n.body, child_of(scope), out);
+        break;
     }
-  } catch (const EvalError& e) {
-    if (e.unsupported)
-      throw Error("chat template: unsupported Jinja feature '" + e.msg + "' at line " + std::to_string(n.line));
-    runtime_error(n.line, e.msg);
+  } catch (const ValueError& e) {
+    rethrow_with_line(e, n.line);
   }
   if (out.size() > kMaxOutput) runtime_error(n.line, "the rendered text exceeds 256 MiB");
   return Flow::Normal;
@@ -154,9 +173,8 @@ void Interpreter::exec_set(const Node& n, const ScopePtr& scope) {
 Value Interpreter::make_macro(const Node& n, const ScopePtr& scope, const std::string& name) {
   std::weak_ptr<Scope> defined_in = scope;
   const Node* node = &n;
-  return Value::function(name, [this, node, defined_in, name](CallArgs& args) {
-    return call_macro(*node, defined_in, name, args);
-  });
+  return Value::function(
+      name, [this, node, defined_in, name](CallArgs& args) { return call_macro(*node, defined_in, name, args); });
 }
 
 Value Interpreter::call_macro(const Node& n, const std::weak_ptr<Scope>& defined_in, const std::string& name,
@@ -217,10 +235,8 @@ CallArgs Interpreter::eval_args(const Expr& e, size_t first, const ScopePtr& sco
 Value Interpreter::eval(const Expr& e, const ScopePtr& scope) {
   try {
     return eval_inner(e, scope);
-  } catch (const EvalError& err) {
-    if (err.unsupported)
-      throw Error("chat template: unsupported Jinja feature '" + err.msg + "' at line " + std::to_string(e.line));
-    runtime_error(e.line, err.msg);
+  } catch (const ValueError& err) {
+    rethrow_with_line(err, e.line);
   }
 }
 
@@ -231,7 +247,8 @@ Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
     return v;
   };
   switch (e.kind) {
-    case K::Const: return e.value;
+    case K::Const:
+      return e.value;
     case K::Name: {
       if (const Value* v = scope->find(e.name)) return *v;
       return Value::undefined("'" + e.name + "' is undefined");
@@ -251,7 +268,8 @@ Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
       }
       return Value::dict(std::move(d.items));
     }
-    case K::Getattr: return get_attr(defined(eval(*e.args[0], scope)), e.name);
+    case K::Getattr:
+      return get_attr(defined(eval(*e.args[0], scope)), e.name);
     case K::Getitem: {
       const Value obj = eval(*e.args[0], scope);
       return get_item(defined(obj), eval(*e.args[1], scope));
@@ -278,8 +296,10 @@ Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
       return Value(apply_test(*this, e.name, subject, args) != e.negated);
     }
     case K::Neg:
-    case K::Pos: return unary_op(e.kind == K::Neg ? '-' : '+', eval(*e.args[0], scope));
-    case K::Not: return Value(!eval(*e.args[0], scope).truthy());
+    case K::Pos:
+      return unary_op(e.kind == K::Neg ? '-' : '+', eval(*e.args[0], scope));
+    case K::Not:
+      return Value(!eval(*e.args[0], scope).truthy());
     case K::And: {
       Value a = eval(*e.args[0], scope);
       return a.truthy() ? eval(*e.args[1], scope) : a;
@@ -288,7 +308,8 @@ Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
       Value a = eval(*e.args[0], scope);
       return a.truthy() ? a : eval(*e.args[1], scope);
     }
-    case K::Binary: return binary_op(e.name, eval(*e.args[0], scope), eval(*e.args[1], scope));
+    case K::Binary:
+      return binary_op(e.name, eval(*e.args[0], scope), eval(*e.args[1], scope));
     case K::Compare: {
       Value left = eval(*e.args[0], scope);
       for (size_t i = 0; i < e.ops.size(); ++i) {

@@ -36,8 +36,7 @@ class Interpreter {
   void exec_for(const Node& n, const ScopePtr& scope, std::string& out);
   void exec_set(const Node& n, const ScopePtr& scope);
   Value make_macro(const Node& n, const ScopePtr& scope, const std::string& name);
-  Value call_macro(const Node& n, const std::weak_ptr<Scope>& defined_in, const std::string& name,
-                   CallArgs& args);
+  Value call_macro(const Node& n, const std::weak_ptr<Scope>& defined_in, const std::string& name, CallArgs& args);
   Value eval(const Expr& e, const ScopePtr& scope);
   Value eval_inner(const Expr& e, const ScopePtr& scope);
   CallArgs eval_args(const Expr& e, size_t first, const ScopePtr& scope);

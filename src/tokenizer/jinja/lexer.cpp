@@ -92,17 +92,38 @@ std::string unescape(std::string_view body, int line) {
     if (++i == body.size()) syntax_error(line, "string literal ends with a backslash");
     const char e = body[i];
     switch (e) {
-      case '\n': break;  // line continuation
-      case '\\': out += '\\'; break;
-      case '\'': out += '\''; break;
-      case '"': out += '"'; break;
-      case 'a': out += '\a'; break;
-      case 'b': out += '\b'; break;
-      case 'f': out += '\f'; break;
-      case 'n': out += '\n'; break;
-      case 'r': out += '\r'; break;
-      case 't': out += '\t'; break;
-      case 'v': out += '\v'; break;
+      case '\n':
+        break;  // line continuation
+      case '\\':
+        out += '\\';
+        break;
+      case '\'':
+        out += '\'';
+        break;
+      case '"':
+        out += '"';
+        break;
+      case 'a':
+        out += '\a';
+        break;
+      case 'b':
+        out += '\b';
+        break;
+      case 'f':
+        out += '\f';
+        break;
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'v':
+        out += '\v';
+        break;
       case 'x':
       case 'u':
       case 'U': {
@@ -119,7 +140,8 @@ std::string unescape(std::string_view body, int line) {
         i += n;
         break;
       }
-      case 'N': unsupported(line, "\\N{...} string escape");
+      case 'N':
+        unsupported(line, "\\N{...} string escape");
       default:
         if (e >= '0' && e <= '7') {
           uint32_t v = 0;
@@ -211,7 +233,8 @@ class Lexer {
   void check_raw() {
     size_t i = pos_;
     while (i < s_.size() && (s_[i] == ' ' || s_[i] == '\t' || s_[i] == '\n')) ++i;
-    if (s_.compare(i, 3, "raw") == 0 && (i + 3 >= s_.size() || !(std::isalnum(static_cast<unsigned char>(s_[i + 3])) || s_[i + 3] == '_')))
+    if (s_.compare(i, 3, "raw") == 0 &&
+        (i + 3 >= s_.size() || !(std::isalnum(static_cast<unsigned char>(s_[i + 3])) || s_[i + 3] == '_')))
       unsupported(line_, "raw");
   }
 

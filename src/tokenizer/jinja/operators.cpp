@@ -36,10 +36,10 @@ bool is_plain_seq(const Value& v) { return v.is_list() && !v.list().generator; }
 
 bool contains(const Value& hay, const Value& needle) {
   switch (hay.type()) {
-    case Value::Type::Undefined: return false;
+    case Value::Type::Undefined:
+      return false;
     case Value::Type::String:
-      if (!needle.is_string())
-        eval_error("'in <string>' requires string as left operand, not " + needle.type_name());
+      if (!needle.is_string()) eval_error("'in <string>' requires string as left operand, not " + needle.type_name());
       return hay.str().find(needle.str()) != std::string::npos;
     case Value::Type::List:
       for (const Value& v : hay.list().items)
@@ -48,7 +48,8 @@ bool contains(const Value& hay, const Value& needle) {
     case Value::Type::Dict:
       if (needle.is_list() || needle.is_dict()) eval_error("unhashable type: '" + needle.type_name() + "'");
       return needle.is_string() && hay.dict().find(needle.str()) != nullptr;
-    default: eval_error("argument of type '" + hay.type_name() + "' is not iterable");
+    default:
+      eval_error("argument of type '" + hay.type_name() + "' is not iterable");
   }
 }
 
@@ -169,8 +170,10 @@ Value unary_op(char op, const Value& a) {
 
 std::vector<Value> iterate(const Value& v) {
   switch (v.type()) {
-    case Value::Type::Undefined: return {};
-    case Value::Type::List: return v.list().items;
+    case Value::Type::Undefined:
+      return {};
+    case Value::Type::List:
+      return v.list().items;
     case Value::Type::Dict: {
       std::vector<Value> keys;
       keys.reserve(v.dict().items.size());
@@ -186,19 +189,24 @@ std::vector<Value> iterate(const Value& v) {
       }
       return chars;
     }
-    default: eval_error("'" + v.type_name() + "' object is not iterable");
+    default:
+      eval_error("'" + v.type_name() + "' object is not iterable");
   }
 }
 
 int64_t length_of(const Value& v) {
   switch (v.type()) {
-    case Value::Type::Undefined: return 0;
-    case Value::Type::String: return static_cast<int64_t>(py::length(v.str()));
+    case Value::Type::Undefined:
+      return 0;
+    case Value::Type::String:
+      return static_cast<int64_t>(py::length(v.str()));
     case Value::Type::List:
       if (v.list().generator) eval_unsupported("length of a generator (add | list)");
       return static_cast<int64_t>(v.list().items.size());
-    case Value::Type::Dict: return static_cast<int64_t>(v.dict().items.size());
-    default: eval_error("object of type '" + v.type_name() + "' has no len()");
+    case Value::Type::Dict:
+      return static_cast<int64_t>(v.dict().items.size());
+    default:
+      eval_error("object of type '" + v.type_name() + "' has no len()");
   }
 }
 

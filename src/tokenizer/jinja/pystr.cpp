@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "core/error.h"
+#include "tokenizer/jinja/value.h"
 #include "tokenizer/utf8.h"
 
 namespace eg::jinja::py {
@@ -73,7 +73,7 @@ std::string strip(std::string_view s, const std::optional<std::string>& chars, b
 std::vector<std::string> split(std::string_view s, const std::optional<std::string>& sep, int64_t maxsplit) {
   std::vector<std::string> out;
   if (sep) {
-    if (sep->empty()) throw Error("chat template: str.split(): empty separator");
+    if (sep->empty()) throw ValueError("str.split(): empty separator", false);
     size_t pos = 0;
     while (maxsplit < 0 || static_cast<int64_t>(out.size()) < maxsplit) {
       const size_t k = s.find(*sep, pos);
@@ -89,10 +89,8 @@ std::vector<std::string> split(std::string_view s, const std::optional<std::stri
   while (true) {
     while (i < u.size() && is_space(u[i])) ++i;
     if (i == u.size()) break;
-    if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
-      size_t e = u.size();
-      while (e > i && is_space(u[e - 1])) --e;
-      out.push_back(encode(std::u32string_view(u).substr(i, e - i)));
+    if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {  // the rest, trailing space kept
+      out.push_back(encode(std::u32string_view(u).substr(i)));
       break;
     }
     size_t j = i;
@@ -139,14 +137,12 @@ namespace {
 // Cased characters of scripts this table does not map: they make upper/lower throw.
 bool unsupported_cased(char32_t c) {
   static constexpr std::pair<char32_t, char32_t> kRanges[] = {
-      {0x0180, 0x02AF},   {0x0345, 0x0345},   {0x0370, 0x0373},   {0x0376, 0x037F},
-      {0x0390, 0x0390},   {0x03B0, 0x03B0},   {0x03CF, 0x03FF},   {0x0531, 0x0587},
-      {0x10A0, 0x10FF},   {0x13A0, 0x13FF},   {0x1C80, 0x1CBF},   {0x1D79, 0x1D8E},
-      {0x1E00, 0x1FFF},   {0x2126, 0x2132},   {0x214E, 0x214E},   {0x2160, 0x2184},
-      {0x24B6, 0x24E9},   {0x2C00, 0x2D2F},   {0xA640, 0xA69F},   {0xA722, 0xA7FF},
-      {0xAB53, 0xAB53},   {0xAB70, 0xABBF},   {0xFB00, 0xFB17},   {0x10400, 0x104FF},
-      {0x10570, 0x105BF}, {0x10C80, 0x10CFF}, {0x118A0, 0x118DF}, {0x16E40, 0x16E7F},
-      {0x1E900, 0x1E94B},
+      {0x0180, 0x02AF},   {0x0345, 0x0345},   {0x0370, 0x0373},   {0x0376, 0x037F},   {0x0390, 0x0390},
+      {0x03B0, 0x03B0},   {0x03CF, 0x03FF},   {0x0531, 0x0587},   {0x10A0, 0x10FF},   {0x13A0, 0x13FF},
+      {0x1C80, 0x1CBF},   {0x1D79, 0x1D8E},   {0x1E00, 0x1FFF},   {0x2126, 0x2132},   {0x214E, 0x214E},
+      {0x2160, 0x2184},   {0x24B6, 0x24E9},   {0x2C00, 0x2D2F},   {0xA640, 0xA69F},   {0xA722, 0xA7FF},
+      {0xAB53, 0xAB53},   {0xAB70, 0xABBF},   {0xFB00, 0xFB17},   {0x10400, 0x104FF}, {0x10570, 0x105BF},
+      {0x10C80, 0x10CFF}, {0x118A0, 0x118DF}, {0x16E40, 0x16E7F}, {0x1E900, 0x1E94B},
   };
   for (const auto& [lo, hi] : kRanges)
     if (c >= lo && c <= hi) return true;
@@ -156,7 +152,7 @@ bool unsupported_cased(char32_t c) {
 [[noreturn]] void unsupported_case(char32_t c) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "U+%04X", static_cast<unsigned>(c));
-  throw Error(std::string("chat template: unsupported Jinja feature 'upper/lower of ") + buf + "'");
+  throw ValueError(std::string("upper/lower of ") + buf, true);
 }
 
 // Pairs laid out upper, lower, upper, lower...: even_upper tells which parity is upper.
@@ -168,25 +164,50 @@ void to_upper(std::u32string& out, char32_t c) {
     out.push_back(c >= 'a' && c <= 'z' ? c - 32 : c);
     return;
   }
-  if ((c >= 0xE0 && c <= 0xFE && c != 0xF7) || (c >= 0x3B1 && c <= 0x3CB && c != 0x3C2) ||
-      (c >= 0x430 && c <= 0x44F) || (c >= 0xFF41 && c <= 0xFF5A)) {
+  if ((c >= 0xE0 && c <= 0xFE && c != 0xF7) || (c >= 0x3B1 && c <= 0x3CB && c != 0x3C2) || (c >= 0x430 && c <= 0x44F) ||
+      (c >= 0xFF41 && c <= 0xFF5A)) {
     out.push_back(c - 0x20);
     return;
   }
   switch (c) {
-    case 0xB5: out.push_back(0x39C); return;
-    case 0xDF: out += U"SS"; return;
-    case 0xFF: out.push_back(0x178); return;
-    case 0x131: out.push_back('I'); return;
-    case 0x149: out += U"\u02BCN"; return;
-    case 0x17F: out.push_back('S'); return;
-    case 0x3AC: out.push_back(0x386); return;
-    case 0x3C2: out.push_back(0x3A3); return;
-    case 0x3CC: out.push_back(0x38C); return;
-    case 0x3CD: out.push_back(0x38E); return;
-    case 0x3CE: out.push_back(0x38F); return;
-    case 0x4CF: out.push_back(0x4C0); return;
-    default: break;
+    case 0xB5:
+      out.push_back(0x39C);
+      return;
+    case 0xDF:
+      out += U"SS";
+      return;
+    case 0xFF:
+      out.push_back(0x178);
+      return;
+    case 0x131:
+      out.push_back('I');
+      return;
+    case 0x149:
+      out += U"\u02BCN";
+      return;
+    case 0x17F:
+      out.push_back('S');
+      return;
+    case 0x3AC:
+      out.push_back(0x386);
+      return;
+    case 0x3C2:
+      out.push_back(0x3A3);
+      return;
+    case 0x3CC:
+      out.push_back(0x38C);
+      return;
+    case 0x3CD:
+      out.push_back(0x38E);
+      return;
+    case 0x3CE:
+      out.push_back(0x38F);
+      return;
+    case 0x4CF:
+      out.push_back(0x4C0);
+      return;
+    default:
+      break;
   }
   if (c >= 0x3AD && c <= 0x3AF) return out.push_back(c - 0x25);
   if (c >= 0x450 && c <= 0x45F) return out.push_back(c - 0x50);
@@ -215,15 +236,31 @@ void to_lower(std::u32string& out, char32_t c) {
     return;
   }
   switch (c) {
-    case 0x130: out += U"i\u0307"; return;
-    case 0x178: out.push_back(0xFF); return;
-    case 0x386: out.push_back(0x3AC); return;
-    case 0x38C: out.push_back(0x3CC); return;
-    case 0x38E: out.push_back(0x3CD); return;
-    case 0x38F: out.push_back(0x3CE); return;
-    case 0x3A3: unsupported_case(c);  // final sigma depends on the context in Python
-    case 0x4C0: out.push_back(0x4CF); return;
-    default: break;
+    case 0x130:
+      out += U"i\u0307";
+      return;
+    case 0x178:
+      out.push_back(0xFF);
+      return;
+    case 0x386:
+      out.push_back(0x3AC);
+      return;
+    case 0x38C:
+      out.push_back(0x3CC);
+      return;
+    case 0x38E:
+      out.push_back(0x3CD);
+      return;
+    case 0x38F:
+      out.push_back(0x3CE);
+      return;
+    case 0x3A3:
+      unsupported_case(c);  // final sigma depends on the context in Python
+    case 0x4C0:
+      out.push_back(0x4CF);
+      return;
+    default:
+      break;
   }
   if (c >= 0x388 && c <= 0x38A) return out.push_back(c + 0x25);
   if (c >= 0x400 && c <= 0x40F) return out.push_back(c + 0x50);
@@ -278,11 +315,10 @@ namespace {
 bool is_printable(char32_t c) {
   if (c < 0x20 || (c >= 0x7F && c <= 0xA0) || c == 0xAD) return false;
   static constexpr std::pair<char32_t, char32_t> kNot[] = {
-      {0x600, 0x605},     {0x61C, 0x61C},     {0x6DD, 0x6DD},     {0x70F, 0x70F},
-      {0x890, 0x891},     {0x8E2, 0x8E2},     {0x1680, 0x1680},   {0x180E, 0x180E},
-      {0x2000, 0x200F},   {0x2028, 0x202F},   {0x205F, 0x2064},   {0x2066, 0x206F},
-      {0x3000, 0x3000},   {0xD800, 0xF8FF},   {0xFEFF, 0xFEFF},   {0xFFF9, 0xFFFB},
-      {0x110BD, 0x110BD}, {0x110CD, 0x110CD}, {0x13430, 0x1343F}, {0x1BCA0, 0x1BCA3},
+      {0x600, 0x605},     {0x61C, 0x61C},     {0x6DD, 0x6DD},     {0x70F, 0x70F},      {0x890, 0x891},
+      {0x8E2, 0x8E2},     {0x1680, 0x1680},   {0x180E, 0x180E},   {0x2000, 0x200F},    {0x2028, 0x202F},
+      {0x205F, 0x2064},   {0x2066, 0x206F},   {0x3000, 0x3000},   {0xD800, 0xF8FF},    {0xFEFF, 0xFEFF},
+      {0xFFF9, 0xFFFB},   {0x110BD, 0x110BD}, {0x110CD, 0x110CD}, {0x13430, 0x1343F},  {0x1BCA0, 0x1BCA3},
       {0x1D173, 0x1D17A}, {0xE0001, 0xE0001}, {0xE0020, 0xE007F}, {0xF0000, 0x10FFFF},
   };
   for (const auto& [lo, hi] : kNot)
@@ -367,13 +403,27 @@ std::string json_quote(std::string_view s, bool ensure_ascii) {
   std::string out = "\"";
   for (char32_t c : decode(s)) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (c < 0x20 || (ensure_ascii && c > 0x7E)) {
           if (c > 0xFFFF) {  // a surrogate pair

@@ -11,21 +11,26 @@ namespace eg::jinja {
 
 namespace {
 
-[[noreturn]] void value_error(const std::string& msg) { throw Error("chat template: " + msg); }
+[[noreturn]] void value_error(const std::string& msg) { throw ValueError(msg, false); }
 
 template <class J>
 Value json_to_value(const J& j) {
   switch (j.type()) {
-    case J::value_t::null: return Value::none();
-    case J::value_t::boolean: return Value(j.template get<bool>());
-    case J::value_t::number_integer: return Value(j.template get<int64_t>());
+    case J::value_t::null:
+      return Value::none();
+    case J::value_t::boolean:
+      return Value(j.template get<bool>());
+    case J::value_t::number_integer:
+      return Value(j.template get<int64_t>());
     case J::value_t::number_unsigned: {
       const uint64_t u = j.template get<uint64_t>();
       if (u <= static_cast<uint64_t>(INT64_MAX)) return Value(static_cast<int64_t>(u));
       value_error("an integer beyond 64 bits in the input is unsupported");
     }
-    case J::value_t::number_float: return Value(j.template get<double>());
-    case J::value_t::string: return Value(j.template get<std::string>());
+    case J::value_t::number_float:
+      return Value(j.template get<double>());
+    case J::value_t::string:
+      return Value(j.template get<std::string>());
     case J::value_t::array: {
       std::vector<Value> items;
       items.reserve(j.size());
@@ -38,7 +43,8 @@ Value json_to_value(const J& j) {
       for (auto it = j.begin(); it != j.end(); ++it) items.emplace_back(it.key(), json_to_value(it.value()));
       return Value::dict(std::move(items));
     }
-    default: value_error("unsupported JSON value (binary or discarded) in the input");
+    default:
+      value_error("unsupported JSON value (binary or discarded) in the input");
   }
 }
 
@@ -100,55 +106,81 @@ double Value::number() const {
 bool Value::truthy() const {
   switch (type()) {
     case Type::Undefined:
-    case Type::None: return false;
-    case Type::Bool: return as_bool();
-    case Type::Int: return as_int() != 0;
-    case Type::Float: return as_float() != 0.0;
-    case Type::String: return !str().empty();
-    case Type::List: return list().generator || !list().items.empty();
-    case Type::Dict: return !dict().items.empty();
+    case Type::None:
+      return false;
+    case Type::Bool:
+      return as_bool();
+    case Type::Int:
+      return as_int() != 0;
+    case Type::Float:
+      return as_float() != 0.0;
+    case Type::String:
+      return !str().empty();
+    case Type::List:
+      return list().generator || !list().items.empty();
+    case Type::Dict:
+      return !dict().items.empty();
     case Type::Object:
-    case Type::Function: return true;
+    case Type::Function:
+      return true;
   }
   return false;
 }
 
 std::string Value::type_name() const {
   switch (type()) {
-    case Type::Undefined: return "Undefined";
-    case Type::None: return "NoneType";
-    case Type::Bool: return "bool";
-    case Type::Int: return "int";
-    case Type::Float: return "float";
-    case Type::String: return "str";
-    case Type::List: return list().generator ? "generator" : list().tuple ? "tuple" : "list";
-    case Type::Dict: return "dict";
-    case Type::Object: return object().kind == ObjectData::Kind::Loop ? "LoopContext" : "Namespace";
-    case Type::Function: return "function";
+    case Type::Undefined:
+      return "Undefined";
+    case Type::None:
+      return "NoneType";
+    case Type::Bool:
+      return "bool";
+    case Type::Int:
+      return "int";
+    case Type::Float:
+      return "float";
+    case Type::String:
+      return "str";
+    case Type::List:
+      return list().generator ? "generator" : list().tuple ? "tuple" : "list";
+    case Type::Dict:
+      return "dict";
+    case Type::Object:
+      return object().kind == ObjectData::Kind::Loop ? "LoopContext" : "Namespace";
+    case Type::Function:
+      return "function";
   }
   return "?";
 }
 
 std::string Value::to_str() const {
   switch (type()) {
-    case Type::Undefined: return "";
-    case Type::String: return str();
-    default: return repr();
+    case Type::Undefined:
+      return "";
+    case Type::String:
+      return str();
+    default:
+      return repr();
   }
 }
 
 std::string Value::repr() const {
   switch (type()) {
-    case Type::Undefined: return "Undefined";
-    case Type::None: return "None";
-    case Type::Bool: return as_bool() ? "True" : "False";
-    case Type::Int: return std::to_string(as_int());
-    case Type::Float: return py::float_repr(as_float());
-    case Type::String: return py::repr(str());
+    case Type::Undefined:
+      return "Undefined";
+    case Type::None:
+      return "None";
+    case Type::Bool:
+      return as_bool() ? "True" : "False";
+    case Type::Int:
+      return std::to_string(as_int());
+    case Type::Float:
+      return py::float_repr(as_float());
+    case Type::String:
+      return py::repr(str());
     case Type::List: {
       const ListData& l = list();
-      if (l.generator)
-        throw Error("chat template: unsupported Jinja feature 'printing a generator (add | list)'");
+      if (l.generator) throw ValueError("printing a generator (add | list)", true);
       std::string out = l.tuple ? "(" : "[";
       for (size_t i = 0; i < l.items.size(); ++i) {
         if (i) out += ", ";
@@ -169,7 +201,7 @@ std::string Value::repr() const {
     }
     case Type::Object:
     case Type::Function:
-      throw Error("chat template: unsupported Jinja feature 'printing a " + type_name() + "'");
+      throw ValueError("printing a " + type_name(), true);
   }
   return "";
 }
@@ -199,8 +231,10 @@ bool equal(const Value& a, const Value& b) {
   if (a.type() != b.type()) return false;
   switch (a.type()) {
     case T::Undefined:
-    case T::None: return true;
-    case T::String: return a.str() == b.str();
+    case T::None:
+      return true;
+    case T::String:
+      return a.str() == b.str();
     case T::List: {
       const ListData &x = a.list(), &y = b.list();
       if (&x == &y) return true;
@@ -218,9 +252,12 @@ bool equal(const Value& a, const Value& b) {
       }
       return true;
     }
-    case T::Object: return &a.object() == &b.object();
-    case T::Function: return &a.function() == &b.function();
-    default: return false;
+    case T::Object:
+      return &a.object() == &b.object();
+    case T::Function:
+      return &a.function() == &b.function();
+    default:
+      return false;
   }
 }
 
@@ -230,8 +267,7 @@ bool less(const Value& a, const Value& b) {
     return a.int_value() < b.int_value();
   }
   if (a.is_string() && b.is_string()) return a.str() < b.str();  // UTF-8 order = code point order
-  if (a.is_list() && b.is_list() && a.list().tuple == b.list().tuple && !a.list().generator &&
-      !b.list().generator) {
+  if (a.is_list() && b.is_list() && a.list().tuple == b.list().tuple && !a.list().generator && !b.list().generator) {
     const auto &x = a.list().items, &y = b.list().items;
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
       if (equal(x[i], y[i])) continue;
@@ -239,8 +275,7 @@ bool less(const Value& a, const Value& b) {
     }
     return x.size() < y.size();
   }
-  throw Error("chat template: '<' not supported between instances of '" + a.type_name() + "' and '" +
-              b.type_name() + "'");
+  throw ValueError("'<' not supported between instances of '" + a.type_name() + "' and '" + b.type_name() + "'", false);
 }
 
 namespace {
@@ -253,9 +288,15 @@ void dump_json(const Value& v, const JsonStyle& st, int level, std::string& out)
     out.append(static_cast<size_t>(st.indent) * static_cast<size_t>(lvl), ' ');
   };
   switch (v.type()) {
-    case Value::Type::None: out += "null"; return;
-    case Value::Type::Bool: out += v.as_bool() ? "true" : "false"; return;
-    case Value::Type::Int: out += std::to_string(v.as_int()); return;
+    case Value::Type::None:
+      out += "null";
+      return;
+    case Value::Type::Bool:
+      out += v.as_bool() ? "true" : "false";
+      return;
+    case Value::Type::Int:
+      out += std::to_string(v.as_int());
+      return;
     case Value::Type::Float: {
       const double d = v.as_float();
       if (std::isnan(d))
@@ -266,7 +307,9 @@ void dump_json(const Value& v, const JsonStyle& st, int level, std::string& out)
         out += py::float_repr(d);
       return;
     }
-    case Value::Type::String: out += py::json_quote(v.str(), st.ensure_ascii); return;
+    case Value::Type::String:
+      out += py::json_quote(v.str(), st.ensure_ascii);
+      return;
     case Value::Type::List: {
       const ListData& l = v.list();
       if (l.generator) break;
@@ -305,9 +348,10 @@ void dump_json(const Value& v, const JsonStyle& st, int level, std::string& out)
       out += '}';
       return;
     }
-    default: break;
+    default:
+      break;
   }
-  throw Error("chat template: Object of type " + v.type_name() + " is not JSON serializable");
+  throw ValueError("Object of type " + v.type_name() + " is not JSON serializable", false);
 }
 
 }  // namespace

@@ -20,7 +20,26 @@
 #include <variant>
 #include <vector>
 
+#include "core/error.h"
+
 namespace eg::jinja {
+
+/// An error of a value operation or a builtin. what() is complete ("chat template: ..." or
+/// "chat template: unsupported Jinja feature '...'"); the interpreter re-throws it as an
+/// eg::Error naming the template line.
+class ValueError : public Error {
+ public:
+  ValueError(const std::string& detail, bool unsupported)
+      : Error(unsupported ? "chat template: unsupported Jinja feature '" + detail + "'" : "chat template: " + detail),
+        detail_(detail),
+        unsupported_(unsupported) {}
+  const std::string& detail() const { return detail_; }
+  bool unsupported() const { return unsupported_; }
+
+ private:
+  std::string detail_;
+  bool unsupported_;
+};
 
 class Value;
 struct ListData;
