@@ -30,6 +30,7 @@ using nlohmann::json;
 struct InspectArgs {
   std::string model_dir;
   std::string like;
+  int layers = 0;
   bool json = false;
 };
 
@@ -276,6 +277,7 @@ void print_text(const std::string& origin, const ModelConfig& c, const ModelStat
 
 int inspect(const InspectArgs& a) {
   if (!a.like.empty() && !a.model_dir.empty()) throw Error("give either -m DIR or --like NAME, not both");
+  if (a.layers > 0 && a.like.empty()) throw Error("--layers needs --like");
   ModelConfig cfg;
   std::unique_ptr<TensorStore> store;
   std::string origin;
@@ -283,7 +285,9 @@ int inspect(const InspectArgs& a) {
     const auto& names = known_model_names();
     if (std::find(names.begin(), names.end(), a.like) == names.end())
       throw Error("unknown --like '" + a.like + "' (known: " + known_model_names_joined() + ")");
-    cfg = parse_hf_config(known_model_config(a.like).dump(), known_model_generation_config(a.like).dump(), a.like);
+    json c = known_model_config(a.like);
+    if (a.layers > 0) c = truncate_layers(c, a.layers);
+    cfg = parse_hf_config(c.dump(), known_model_generation_config(a.like).dump(), a.like);
     origin = a.like;
   } else {
     const std::string dir = a.model_dir.empty() ? default_model_dir() : a.model_dir;
@@ -309,6 +313,7 @@ Action register_inspect(CLI::App& app) {
   auto a = std::make_shared<InspectArgs>();
   app.add_option("-m,--model", a->model_dir, "model directory (config.json; safetensors optional)");
   app.add_option("--like", a->like, "a known model instead of a directory: " + known_model_names_joined());
+  app.add_option("--layers", a->layers, "with --like: only the first N layers (as synth --layers N)")->check(kCount);
   app.add_flag("--json", a->json, "print one JSON object");
   return [a] { return inspect(*a); };
 }
