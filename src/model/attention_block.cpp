@@ -7,15 +7,6 @@
 
 namespace eg::blocks {
 
-namespace {
-void grow(std::vector<float>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
-void norm_rows(const float* x, int64_t rows, const NormWeight& w, float offset, float eps, float* y) {
-  ops::rmsnorm(x, rows, w.n, w.data, w.dtype, offset, eps, y);
-}
-}  // namespace
-
 void attention(const Step& st, int layer, const LayerWeights& w, const float* inv_freq, KVCache& kv,
                const float* h, float* out) {
   const ModelConfig& cfg = st.cfg;

@@ -2,13 +2,25 @@
 // ModelConfig (gemma-architectures.md §1.2, §2.2, §3.3). Internal to src/model.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "kv/kv_cache.h"
 #include "model/config.h"
 #include "model/model.h"
 #include "model/weights.h"
+#include "ops/ops.h"
 
 namespace eg::blocks {
+
+/// Grows a scratch buffer to at least n floats (never shrinks: no allocation once warm).
+inline void grow(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+}
+
+/// RMSNorm of `rows` rows with a stored weight (offset 1 for Gemma 2/3's 1+w, 0 for Gemma 4).
+inline void norm_rows(const float* x, int64_t rows, const NormWeight& w, float offset, float eps, float* y) {
+  ops::rmsnorm(x, rows, w.n, w.data, w.dtype, offset, eps, y);
+}
 
 /// What every block of one forward call needs: T tokens at positions pos[0..T).
 struct Step {

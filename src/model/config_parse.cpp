@@ -1,5 +1,7 @@
 #include "model/config_parse.h"
 
+#include <cmath>
+
 #include "core/error.h"
 
 namespace eg::cfgparse {
@@ -110,6 +112,22 @@ void fill_common(const Fields& f, ModelConfig& c, int default_vocab, int default
   c.bos_token_id = f.get_int("bos_token_id", 2);
   c.pad_token_id = f.get_int("pad_token_id", 0);
   if (t.contains("eos_token_id")) add_eos_ids(t["eos_token_id"], c.eos_token_ids);
+}
+
+UniformGeometry fill_gemma23_attention(const Fields& f, ModelConfig& c) {
+  UniformGeometry g;
+  g.n_kv = f.get_int("num_key_value_heads", 4);
+  g.head_dim = f.get_int("head_dim", 256);
+  g.intermediate = f.get_int("intermediate_size", 9216);
+  const double qpas = f.get_num("query_pre_attn_scalar", 256);
+  if (!(qpas > 0)) f.fail("query_pre_attn_scalar must be > 0");
+  c.query_scale = static_cast<float>(std::pow(qpas, -0.5));
+  c.attn_softcap = static_cast<float>(f.get_num("attn_logit_softcapping", 0.0));
+  c.norm_offset = 1.0f;
+  if (g.n_kv <= 0 || g.head_dim <= 0 || g.intermediate <= 0) f.fail("sizes must be positive");
+  if (c.n_heads % g.n_kv != 0) f.fail("num_attention_heads must be a multiple of num_key_value_heads");
+  if (g.head_dim % 2 != 0) f.fail("head_dim must be even for RoPE");
+  return g;
 }
 
 void apply_rope(const RopeSpec& r, LayerConfig& l) {

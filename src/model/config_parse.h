@@ -45,6 +45,15 @@ bool parse_layer_types(const Fields& f, int n, std::vector<LayerType>& out);
 /// Fills the common Gemma fields (sizes, eps, window, eos/bos/pad), validating positivity.
 void fill_common(const Fields& f, ModelConfig& c, int default_vocab, int default_window);
 
+/// Gemma 2/3 attention geometry, the same for every layer: head_dim, KV heads, MLP width, and the
+/// scaling query_pre_attn_scalar^-0.5 with optional attention soft-capping; (1+w) norms.
+struct UniformGeometry {
+  int n_kv = 0;
+  int head_dim = 0;
+  int intermediate = 0;
+};
+UniformGeometry fill_gemma23_attention(const Fields& f, ModelConfig& c);
+
 /// Applies RoPE spec to a layer: inv-freq geometry for default/linear/proportional.
 void apply_rope(const RopeSpec& r, LayerConfig& l);
 

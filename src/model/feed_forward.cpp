@@ -13,14 +13,6 @@ namespace eg::blocks {
 
 namespace {
 
-void grow(std::vector<float>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
-
-void norm_rows(const float* x, int64_t rows, const NormWeight& w, float offset, float eps, float* y) {
-  ops::rmsnorm(x, rows, w.n, w.data, w.dtype, offset, eps, y);
-}
-
 // y [T, H] = down(gelu_tanh(gate(h)) ⊙ up(h)) for h [T, H].
 void mlp(int T, const ops::Weight& gate, const ops::Weight& up, const ops::Weight& down, const float* h,
          std::vector<float>& g, std::vector<float>& u, float* y) {

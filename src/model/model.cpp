@@ -41,11 +41,7 @@ float embedding_scale(int hidden_size, DType compute) {
   return f;
 }
 
-namespace {
-void grow(std::vector<float>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-}
-}  // namespace
+using blocks::grow;
 
 void Model::forward(const int32_t* tokens, int T, KVCache& kv, ForwardScratch& s, LogitsMode mode,
                     std::vector<float>& logits) const {
