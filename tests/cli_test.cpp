@@ -235,6 +235,7 @@ TEST(CliErrors, BadOptionValuesAndOutputs) {
   expect_error({"run", "-m", tiny(), "-p", "x", "-n", "-3"}, "--n-predict", "", 2);
   expect_error({"run", "-m", tiny(), "-p", "x", "--temp", "abc"}, "--temp", "", 2);
   expect_error({"run", "-m", tiny(), "-p", "x", "--bogus"}, "bogus", "", 2);
+  expect_error({"run", "-m", tiny(), "-p", "x", "-t", "100000"}, "--threads", "", 2);
   expect_error({"run", "-m", tiny(), "-p", "x", "--temp", "inf"}, "finite");
   expect_error({"run", "-m", tiny(), "-p", "x", "--ctx", "99999"}, "exceeds the model's 32768");
   const std::string dir = egtest::make_temp_dir();

@@ -163,9 +163,10 @@ Action register_run(CLI::App& app) {
   app.add_option("--top-k", a->top_k, "keep the K most likely tokens (0 = off)")->check(kCount);
   app.add_option("--top-p", a->top_p, "nucleus sampling mass in (0, 1] (1 = off)");
   app.add_option("--min-p", a->min_p, "drop tokens below min-p x top probability, in [0, 1] (0 = off)");
-  app.add_option("--seed", a->seed, "random seed: same seed, same text (default -1 = random)");
+  app.add_option("--seed", a->seed, "random seed: same seed, same text (default -1; any negative value picks a random seed)");
   app.add_option("-c,--ctx", a->ctx, "context size in tokens (default 0 = the model's)")->check(kCount);
-  app.add_option("-t,--threads", a->threads, "CPU threads (default: all cores)")->check(kCount);
+  app.add_option("-t,--threads", a->threads, "CPU threads, 1..1024 (default: all cores)")
+      ->check(CLI::Range(0, 1024, "a thread count"));
   app.add_flag("--chat", a->chat, "wrap the prompt in the model's chat template (one user turn)");
   app.add_option("--system", a->system,
                  "system message for --chat (templates without a system turn get it folded into the user turn)");

@@ -1,4 +1,4 @@
-// edgegemma: run Gemma models locally. Subcommands: run, tokenize, synth.
+// edgegemma: run Gemma models locally. Subcommands: run, tokenize, inspect, synth.
 #include <omp.h>
 #include <unistd.h>
 
