@@ -130,6 +130,19 @@ UniformGeometry fill_gemma23_attention(const Fields& f, ModelConfig& c) {
   return g;
 }
 
+void fill_uniform_layers(ModelConfig& c, const UniformGeometry& g, const std::vector<LayerType>& types,
+                         const RopeSpec& full, const RopeSpec& sliding) {
+  c.layers.resize(c.n_layers);
+  for (int i = 0; i < c.n_layers; ++i) {
+    LayerConfig& l = c.layers[i];
+    l.type = types[i];
+    l.head_dim = g.head_dim;
+    l.n_kv_heads = g.n_kv;
+    l.intermediate_size = g.intermediate;
+    apply_rope(types[i] == LayerType::Full ? full : sliding, l);
+  }
+}
+
 void apply_rope(const RopeSpec& r, LayerConfig& l) {
   l.rope_theta = r.theta;
   l.rope_linear_factor = r.linear_factor;

@@ -54,6 +54,11 @@ struct UniformGeometry {
 };
 UniformGeometry fill_gemma23_attention(const Fields& f, ModelConfig& c);
 
+/// Fills c.layers with the same geometry on every layer, the given types, and the RoPE of each
+/// layer's type (full / sliding).
+void fill_uniform_layers(ModelConfig& c, const UniformGeometry& g, const std::vector<LayerType>& types,
+                         const RopeSpec& full, const RopeSpec& sliding);
+
 /// Applies RoPE spec to a layer: inv-freq geometry for default/linear/proportional.
 void apply_rope(const RopeSpec& r, LayerConfig& l);
 

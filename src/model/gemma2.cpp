@@ -28,15 +28,7 @@ void load_gemma2_config(const json& t, const std::string& origin, ModelConfig& c
   }
   if (rope.proportional) f.fail("proportional RoPE is a Gemma 4 feature");
 
-  c.layers.resize(c.n_layers);
-  for (int i = 0; i < c.n_layers; ++i) {
-    LayerConfig& l = c.layers[i];
-    l.type = types[i];
-    l.head_dim = g.head_dim;
-    l.n_kv_heads = g.n_kv;
-    l.intermediate_size = g.intermediate;
-    apply_rope(rope, l);
-  }
+  fill_uniform_layers(c, g, types, rope, rope);  // one θ for every layer
 }
 
 }  // namespace eg

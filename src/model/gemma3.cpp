@@ -47,15 +47,7 @@ void load_gemma3_config(const json& t, const std::string& origin, ModelConfig& c
   if (!(full.theta > 0) || !(local.theta > 0)) f.fail("rope theta must be > 0");
   if (full.proportional || local.proportional) f.fail("proportional RoPE is a Gemma 4 feature");
 
-  c.layers.resize(c.n_layers);
-  for (int i = 0; i < c.n_layers; ++i) {
-    LayerConfig& l = c.layers[i];
-    l.type = types[i];
-    l.head_dim = g.head_dim;
-    l.n_kv_heads = g.n_kv;
-    l.intermediate_size = g.intermediate;
-    apply_rope(types[i] == LayerType::Full ? full : local, l);
-  }
+  fill_uniform_layers(c, g, types, full, local);
 }
 
 }  // namespace eg
