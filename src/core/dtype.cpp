@@ -9,8 +9,47 @@ const char* dtype_name(DType t) {
     case DType::F32: return "F32";
     case DType::F16: return "F16";
     case DType::BF16: return "BF16";
+    case DType::Q8_0: return "Q8_0";
+    case DType::Q4_0: return "Q4_0";
+    case DType::Q4_1: return "Q4_1";
+    case DType::Q5_0: return "Q5_0";
+    case DType::Q5_1: return "Q5_1";
+    case DType::Q4_K: return "Q4_K";
+    case DType::Q5_K: return "Q5_K";
+    case DType::Q6_K: return "Q6_K";
+    case DType::Q8_K: return "Q8_K";
+    case DType::EG_Q4_G128: return "EG_Q4_G128";
   }
   return "?";
+}
+
+int64_t dtype_block_elems(DType t) {
+  switch (t) {
+    case DType::F32: case DType::F16: case DType::BF16: return 1;
+    case DType::Q8_0: case DType::Q4_0: case DType::Q4_1: case DType::Q5_0: case DType::Q5_1:
+      return 32;
+    case DType::Q4_K: case DType::Q5_K: case DType::Q6_K: case DType::Q8_K: return 256;
+    case DType::EG_Q4_G128: return 128;
+  }
+  return 1;
+}
+
+size_t dtype_block_bytes(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::F16: case DType::BF16: return 2;
+    case DType::Q8_0: return 2 + 32;            // f16 d, 32 × int8
+    case DType::Q4_0: return 2 + 16;            // f16 d, 32 × 4 bit
+    case DType::Q4_1: return 2 + 2 + 16;        // f16 d, f16 m, 32 × 4 bit
+    case DType::Q5_0: return 2 + 4 + 16;        // f16 d, 32 high bits, 32 × 4 bit
+    case DType::Q5_1: return 2 + 2 + 4 + 16;    // f16 d, f16 m, high bits, nibbles
+    case DType::Q4_K: return 2 + 2 + 12 + 128;  // f16 d, f16 dmin, 12 B scales, 256 × 4 bit
+    case DType::Q5_K: return 2 + 2 + 12 + 32 + 128;
+    case DType::Q6_K: return 128 + 64 + 16 + 2; // ql, qh, int8 scales, f16 d
+    case DType::Q8_K: return 4 + 256 + 32;      // f32 d, 256 × int8, 16 × int16 block sums
+    case DType::EG_Q4_G128: return 2 + 2 + 64;  // f16 scale, f16 min, 128 × 4 bit
+  }
+  return 4;
 }
 
 bool parse_dtype(const std::string& s, DType* out) {

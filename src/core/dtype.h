@@ -2,6 +2,10 @@
 //
 // BF16: the upper 16 bits of an IEEE binary32 (conversion to f32 is exact).
 // F16:  IEEE binary16 (conversion to f32 is exact; subnormals and inf/nan handled).
+// Block-quantized types (ggml's layouts, ggml-common.h; src/quant/ implements them): a row of n
+// elements is n / block_elems blocks of block_bytes each, stored back to back. Q8_K is ggml's
+// activation type for K-quant dot products (never stored in files by us). EG_Q4_G128 is edgegemma's
+// own 4-bit extension with group size 128 (docs/quantization.md); only edgegemma loads it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -10,12 +14,31 @@
 
 namespace eg {
 
-enum class DType : uint8_t { F32, F16, BF16 };
+enum class DType : uint8_t {
+  F32, F16, BF16,
+  Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q8_K,
+  EG_Q4_G128,
+};
 
-/// Bytes per element.
+/// True for the block-quantized types.
+inline bool is_quantized(DType t) { return t >= DType::Q8_0; }
+
+/// Elements per block (1 for F32/F16/BF16, 32 for Q*_0/Q*_1, 256 for K-quants, 128 for EG_Q4_G128).
+int64_t dtype_block_elems(DType t);
+/// Bytes per block (for F32/F16/BF16: bytes per element).
+size_t dtype_block_bytes(DType t);
+/// Bytes of a row of n elements; n must be a multiple of dtype_block_elems(t) (checked by callers
+/// that read files; see row_fits_blocks).
+inline size_t dtype_row_bytes(DType t, int64_t n) {
+  return static_cast<size_t>(n / dtype_block_elems(t)) * dtype_block_bytes(t);
+}
+inline bool row_fits_blocks(DType t, int64_t n) { return n % dtype_block_elems(t) == 0; }
+
+/// Bytes per element of F32/F16/BF16 (not meaningful for block types: use dtype_row_bytes).
 inline size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
 
-/// Name as written in safetensors headers ("F32", "F16", "BF16").
+/// Name: "F32", "F16", "BF16" (as in safetensors headers), "Q8_0", "Q4_K", ... (ggml's names),
+/// "EG_Q4_G128".
 const char* dtype_name(DType t);
 
 /// Parses a safetensors dtype string; returns false for types we do not support.

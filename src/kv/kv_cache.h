@@ -27,6 +27,17 @@ class KVCache {
   /// Number of positions already stored (the next token's position).
   int n_past() const { return n_past_; }
   void set_n_past(int n) { n_past_ = n; }
+  /// Rolls the cache back so that it holds positions 0 .. n-1 only (0 <= n <= n_past()).
+  /// Returns how many positions are actually kept, which may be less than n when a layer no longer
+  /// holds K/V that position n onwards needs (a sliding-window layer that recycled older pages);
+  /// the caller must re-run the forward pass from the returned position. Never leaves stale K/V.
+  int truncate(int n) {
+    if (n < 0) n = 0;
+    if (n < n_past_) n_past_ = n;
+    return n_past_;
+  }
+  /// Empties the cache (n_past() = 0).
+  void clear() { n_past_ = 0; }
   /// Bytes allocated for K and V over all layers (KV-shared layers add nothing).
   size_t bytes() const { return bytes_; }
   /// Bytes per token of one layer's K+V (0 for a KV-shared layer).

@@ -64,7 +64,7 @@ void Model::forward(const int32_t* tokens, int T, KVCache& kv, ForwardScratch& s
   grow(s.x, static_cast<size_t>(T) * H);
   grow(s.h, static_cast<size_t>(T) * H);
   grow(s.proj, static_cast<size_t>(T) * H);
-  const size_t row_bytes = static_cast<size_t>(H) * dtype_size(w_.embed.dtype);
+  const size_t row_bytes = dtype_row_bytes(w_.embed.dtype, H);
   for (int t = 0; t < T; ++t) {
     float* xr = s.x.data() + static_cast<size_t>(t) * H;
     cpu::to_f32(static_cast<const uint8_t*>(w_.embed.data) + tokens[t] * row_bytes, w_.embed.dtype, H, xr);

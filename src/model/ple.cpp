@@ -21,7 +21,7 @@ void ple_inputs(const Step& st, const ModelWeights& w, const int32_t* tokens, co
   // Token part: E_ple[id] · √P; then (context + token) · 2^-0.5.
   const float tok_scale = static_cast<float>(std::sqrt(static_cast<double>(P)));
   const float mix = static_cast<float>(std::pow(2.0, -0.5));
-  const size_t row_bytes = static_cast<size_t>(LP) * dtype_size(w.ple_embed.dtype);
+  const size_t row_bytes = dtype_row_bytes(w.ple_embed.dtype, LP);
   std::vector<float> row(LP);
   for (int t = 0; t < T; ++t) {
     cpu::to_f32(static_cast<const uint8_t*>(w.ple_embed.data) + tokens[t] * row_bytes, w.ple_embed.dtype, LP, row.data());

@@ -45,12 +45,12 @@ float scalar(const TensorStore& st, const std::string& name) {
 }  // namespace
 
 ops::Weight LayerWeights::expert_gate_up(int e, int64_t Im, int64_t H) const {
-  const size_t stride = static_cast<size_t>(2 * Im * H) * dtype_size(experts_dtype);
+  const size_t stride = static_cast<size_t>(2 * Im) * dtype_row_bytes(experts_dtype, H);
   return ops::Weight{static_cast<const uint8_t*>(experts_gate_up) + e * stride, experts_dtype, 2 * Im, H};
 }
 
 ops::Weight LayerWeights::expert_down(int e, int64_t Im, int64_t H) const {
-  const size_t stride = static_cast<size_t>(H * Im) * dtype_size(experts_dtype);
+  const size_t stride = static_cast<size_t>(H) * dtype_row_bytes(experts_dtype, Im);
   return ops::Weight{static_cast<const uint8_t*>(experts_down) + e * stride, experts_dtype, H, Im};
 }
 

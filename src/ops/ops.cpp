@@ -13,7 +13,7 @@ namespace eg::ops {
 
 void matmul(const float* x, int64_t T, const Weight& W, float* y) {
   const int64_t N = W.rows, K = W.cols;
-  const size_t row_bytes = static_cast<size_t>(K) * dtype_size(W.dtype);
+  const size_t row_bytes = dtype_row_bytes(W.dtype, K);
   const auto* wbase = static_cast<const uint8_t*>(W.data);
   // Parallel over output rows; each element is one dot product in the canonical order. Tiny
   // products (router logits, toy models) stay on one thread: a parallel region costs more.
