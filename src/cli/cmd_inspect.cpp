@@ -15,7 +15,9 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "format/safetensors.h"
+#include "format/gguf.h"
 #include "model/config.h"
+#include "model/gguf_model.h"
 #include "model/known_models.h"
 #include "model/model_stats.h"
 #include "model/weights.h"
@@ -291,9 +293,16 @@ int inspect(const InspectArgs& a) {
     origin = a.like;
   } else {
     const std::string dir = a.model_dir.empty() ? default_model_dir() : a.model_dir;
-    cfg = load_hf_config(dir);
     origin = dir;
-    if (fs::exists(fs::path(dir) / "model.safetensors") || fs::exists(fs::path(dir) / "model.safetensors.index.json"))
+    if (fs::is_regular_file(dir) && fs::path(dir).extension() == ".gguf") {  // a GGUF file alone
+      auto g = GGUFFile::open(dir);
+      cfg = gguf_model_config(*g);
+      store = std::make_unique<TensorStore>(gguf_tensor_store(g));
+    } else {
+      cfg = load_hf_config(dir);
+    }
+    if (store) {
+    } else if (fs::exists(fs::path(dir) / "model.safetensors") || fs::exists(fs::path(dir) / "model.safetensors.index.json"))
       store = std::make_unique<TensorStore>(TensorStore::open_dir(dir));  // headers only
   }
   // PLE width when config.json lacks hidden_size_per_layer_input: from the tensors, else none.
@@ -311,7 +320,7 @@ int inspect(const InspectArgs& a) {
 
 Action register_inspect(CLI::App& app) {
   auto a = std::make_shared<InspectArgs>();
-  app.add_option("-m,--model", a->model_dir, "model directory (config.json; safetensors optional)");
+  app.add_option("-m,--model", a->model_dir, "model directory (config.json; safetensors optional) or .gguf file");
   app.add_option("--like", a->like, "a known model instead of a directory: " + known_model_names_joined());
   app.add_option("--layers", a->layers, "with --like: only the first N layers (as synth --layers N)")->check(kCount);
   app.add_flag("--json", a->json, "print one JSON object");

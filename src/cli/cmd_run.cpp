@@ -2,8 +2,9 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
-#include <random>
 
 #include <cstdio>
 #include <iostream>
@@ -11,10 +12,14 @@
 
 #include "backend/cpu/kernels.h"
 #include "cli/commands.h"
+#include "cli/gen_flags.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "engine/generator.h"
 #include "engine/loaded_model.h"
+#include "engine/memory_budget.h"
+#include "engine/stop_strings.h"
+#include "kv/kv_cache.h"
 #include "tokenizer/chat_template.h"
 
 namespace eg::cli {
@@ -27,11 +32,7 @@ struct RunArgs {
   bool prompt_given = false;
   std::string prompt_file;
   int n_predict = 256;
-  float temp = 0.0f;
-  int top_k = 0;
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  int64_t seed = -1;  // -1: random
+  std::shared_ptr<GenFlags> gen = std::make_shared<GenFlags>();  // sampling, stop strings, KV
   int ctx = 0;
   int threads = 0;
   bool chat = false;
@@ -64,9 +65,13 @@ nlohmann::json stats_json(const LoadedModel& lm, const GenerationStats& s) {
 }
 
 int run(const RunArgs& a) {
-  if (!std::isfinite(a.temp)) throw Error("--temp must be a finite number");
+  const GenFlags& g = *a.gen;
+  if (!std::isfinite(g.temp)) throw Error("--temp must be a finite number");
   apply_threads(a.threads);
-  const uint64_t seed = a.seed >= 0 ? static_cast<uint64_t>(a.seed) : std::random_device{}();
+  const uint64_t seed = pick_seed(g.seed);
+  const SamplingParams sampling = resolve_gen_sampling(g, seed);
+  StopStringMatcher stop_text(g.stops);
+  const KVType kv_type = parse_kv_type(g.kv_type);
   std::string text = get_prompt(a);
   if (text.empty()) throw Error("empty prompt");
   if (!a.system.empty() && !a.chat) throw Error("--system needs --chat");
@@ -96,10 +101,26 @@ int run(const RunArgs& a) {
   }
 
   GenerateOptions opt;
+  if (!g.max_memory.empty()) {
+    // The cache generate() will fill: prompt + new tokens (at most the context), one prefill pass.
+    const int ctx = a.ctx > 0 ? a.ctx : lm->model().config().max_position_embeddings;
+    const int need = std::min<int64_t>(ctx, static_cast<int64_t>(prompt.size()) + a.n_predict);
+    KVCacheOptions kv;
+    kv.type = kv_type;
+    check_memory_budget(lm->model(), parse_bytes(g.max_memory), std::max(need, 1), kv,
+                        static_cast<int>(prompt.size()));
+  }
+  if (g.warmup) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const size_t touched = touch_weights(lm->model());
+    std::fprintf(stderr, "edgegemma: warmup: %s of weights paged in (%.1f ms)\n", format_bytes(touched).c_str(),
+                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
   opt.max_new_tokens = a.n_predict;
   opt.ignore_eos = a.ignore_eos;
   opt.context_size = a.ctx;
-  opt.sampling = {a.temp, a.top_k, a.top_p, a.min_p, seed};
+  opt.sampling = sampling;
+  opt.kv.type = kv_type;
 
   StreamingDetokenizer detok(tok);
   std::string text_out;
@@ -107,16 +128,19 @@ int run(const RunArgs& a) {
   auto on_token = [&](int32_t id) {
     // A stop id that ends generation is not part of the text.
     if (!a.ignore_eos && std::find(stops.begin(), stops.end(), id) != stops.end()) return true;
-    std::string piece = detok.push(id);
+    // Text that may still become a stop string is held back (stop_strings.h).
+    std::string piece = stop_text.push(detok.push(id));
     text_out += piece;
     if (!a.json && !piece.empty()) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     }
-    return true;
+    return !stop_text.stopped();
   };
   GenerationResult r = generate(lm->model(), prompt, stops, opt, on_token);
-  std::string tail = detok.flush();
+  std::string tail = stop_text.push(detok.flush());
+  if (stop_text.stopped()) r.finish_reason = "stop";  // the only way `run` cancels
+  tail += stop_text.flush();
   text_out += tail;
 
   if (a.json) {
@@ -159,11 +183,7 @@ Action register_run(CLI::App& app) {
   app.add_option("-p,--prompt", a->prompt, "prompt text")->each([a](const std::string&) { a->prompt_given = true; });
   app.add_option("-f,--file", a->prompt_file, "read the prompt from a file");
   app.add_option("-n,--n-predict", a->n_predict, "max new tokens (default 256)")->check(kCount);
-  app.add_option("--temp", a->temp, "sampling temperature; <= 0 = greedy (default 0)");
-  app.add_option("--top-k", a->top_k, "keep the K most likely tokens (0 = off)")->check(kCount);
-  app.add_option("--top-p", a->top_p, "nucleus sampling mass in (0, 1] (1 = off)");
-  app.add_option("--min-p", a->min_p, "drop tokens below min-p x top probability, in [0, 1] (0 = off)");
-  app.add_option("--seed", a->seed, "random seed: same seed, same text (default -1; any negative value picks a random seed)");
+  add_gen_flags(app, a->gen);
   app.add_option("-c,--ctx", a->ctx, "context size in tokens (default 0 = the model's)")->check(kCount);
   app.add_option("-t,--threads", a->threads, "CPU threads, 1..1024 (default: all cores)")
       ->check(CLI::Range(0, 1024, "a thread count"));

@@ -11,9 +11,13 @@ namespace eg::cli {
 using Action = std::function<int()>;
 
 Action register_run(CLI::App& app);
+Action register_chat(CLI::App& app);
 Action register_tokenize(CLI::App& app);
 Action register_synth(CLI::App& app);
 Action register_inspect(CLI::App& app);
+Action register_quantize(CLI::App& app);
+Action register_perplexity(CLI::App& app);
+Action register_bench(CLI::App& app);
 
 /// Validator for counts: an integer in [0, 2^31).
 inline const CLI::Range kCount(0, 2147483647, "a count >= 0");

@@ -39,11 +39,18 @@ int main(int argc, char** argv) {
     cmds.emplace_back(sub, reg(*sub));
   };
   add("run", "generate text from a prompt (streams tokens to stdout)", eg::cli::register_run);
+  add("chat", "interactive multi-turn chat (streams answers; /help for commands)", eg::cli::register_chat);
   add("tokenize", "print the token ids and pieces of a text", eg::cli::register_tokenize);
   add("synth", "write a random-weight checkpoint with the real shapes of a Gemma model",
       eg::cli::register_synth);
   add("inspect", "show a checkpoint's architecture, parameter counts, bytes per token and KV bytes",
       eg::cli::register_inspect);
+  add("quantize", "write a model as a (quantized) GGUF file for llama.cpp and edgegemma",
+      eg::cli::register_quantize);
+  add("perplexity", "perplexity of a model over a text file (default or llama-perplexity method)",
+      eg::cli::register_perplexity);
+  add("bench", "measure prefill and decode speed (tok/s), TTFT, load time and peak RSS, like llama-bench",
+      eg::cli::register_bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

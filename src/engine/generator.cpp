@@ -29,6 +29,8 @@ GenerationResult generate(const Model& model, const std::vector<int32_t>& prompt
     throw Error("prompt of " + std::to_string(n_prompt) + " tokens exceeds the context of " +
                 std::to_string(ctx) + " tokens");
   Sampler sampler(opt.sampling);
+  // The penalty window starts with the prompt, as llama.cpp and transformers' repetition penalty.
+  for (int32_t id : prompt) sampler.accept(id);
   GenerationResult r;
   r.stats.prompt_tokens = n_prompt;
   r.finish_reason = "length";
@@ -36,7 +38,9 @@ GenerationResult generate(const Model& model, const std::vector<int32_t>& prompt
 
   // Room for the prompt and every new token but the last (its K/V is never needed).
   const int capacity = std::min(ctx, n_prompt + opt.max_new_tokens);
-  KVCache kv(cfg, capacity);
+  KVCacheOptions kv_opt = opt.kv;
+  kv_opt.max_tokens = capacity;
+  KVCache kv(cfg, kv_opt);
   ForwardScratch scratch;
   std::vector<float> logits;
 
@@ -49,6 +53,7 @@ GenerationResult generate(const Model& model, const std::vector<int32_t>& prompt
   const auto t1 = std::chrono::steady_clock::now();
   for (;;) {
     r.ids.push_back(next);
+    sampler.accept(next);  // penalty window (repetition / presence / frequency)
     if (on_token && !on_token(next)) {
       r.finish_reason = "cancelled";
       break;

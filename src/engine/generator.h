@@ -16,6 +16,7 @@ struct GenerateOptions {
   bool ignore_eos = false;  // keep generating through stop ids
   int context_size = 0;     // tokens; 0: the model's max_position_embeddings (larger: error)
   SamplingParams sampling;
+  KVCacheOptions kv;        // KV storage type and paging (default F16); max_tokens is set from the context
 };
 
 /// Timings in milliseconds; rates in tokens per second.

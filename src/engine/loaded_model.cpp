@@ -7,6 +7,8 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "format/gguf.h"
+#include "model/gguf_model.h"
 
 namespace eg {
 
@@ -40,15 +42,40 @@ std::unique_ptr<LoadedModel> LoadedModel::load_dir(const std::string& dir) {
   const auto t0 = std::chrono::steady_clock::now();
   namespace fs = std::filesystem;
   if (!fs::exists(dir)) throw Error("model path does not exist: " + dir);
-  if (fs::path(dir).extension() == ".gguf")
-    throw Error(dir + ": GGUF files are not supported yet (they come with the quantization work); "
-                "give a Hugging Face model directory");
+  if (fs::path(dir).extension() == ".gguf" && fs::is_regular_file(dir)) return load_gguf(dir);
   auto model = Model::load_dir(dir);
   if (!fs::exists(fs::path(dir) / "tokenizer.json")) throw Error("missing tokenizer.json in " + dir);
   Tokenizer tok = Tokenizer::load_dir(dir);
   auto lm = std::make_unique<LoadedModel>(std::move(model), std::move(tok));
   lm->load_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return lm;
+}
+
+std::unique_ptr<LoadedModel> LoadedModel::load_gguf(const std::string& path) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!std::filesystem::exists(path)) throw Error("model path does not exist: " + path);
+  std::shared_ptr<GGUFFile> g = GGUFFile::open(path);
+  ModelConfig cfg = gguf_model_config(*g);
+  std::unique_ptr<Model> model;
+  try {
+    model = std::make_unique<Model>(std::move(cfg), gguf_tensor_store(g));
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+  Tokenizer tok = Tokenizer::from_gguf(*g);
+  auto lm = std::make_unique<LoadedModel>(std::move(model), std::move(tok));
+  lm->load_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return lm;
+}
+
+std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (fs::is_regular_file(path)) {
+    if (fs::path(path).extension() != ".gguf")
+      throw Error(path + ": a model is a Hugging Face directory or a .gguf file");
+    return load_gguf(path);
+  }
+  return load_dir(path);
 }
 
 std::vector<int32_t> LoadedModel::encode_prompt(const std::string& text, bool no_bos) const {

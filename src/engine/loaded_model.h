@@ -14,6 +14,11 @@ class LoadedModel {
   /// Loads a Hugging Face model directory (config.json, *.safetensors, tokenizer.json,
   /// tokenizer_config.json, optional generation_config.json). Throws eg::Error.
   static std::unique_ptr<LoadedModel> load_dir(const std::string& dir);
+  /// Loads a GGUF file alone: model (Model::load_gguf), tokenizer (Tokenizer::from_gguf), stop
+  /// ids (tokenizer.ggml.eos_token_id + the end-of-turn token). Throws eg::Error.
+  static std::unique_ptr<LoadedModel> load_gguf(const std::string& path);
+  /// A directory (Hugging Face) or a file ending in .gguf.
+  static std::unique_ptr<LoadedModel> load(const std::string& path);
 
   const Model& model() const { return *model_; }
   const Tokenizer& tokenizer() const { return tokenizer_; }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -14,16 +15,128 @@ int32_t argmax(const float* x, int n) {
   return best;
 }
 
-Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) {
+void validate(const SamplingParams& p) {
   if (p.top_k < 0) throw Error("top-k must be >= 0");
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) throw Error("top-p must be in (0, 1]");
   if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) throw Error("min-p must be in [0, 1]");
   if (std::isnan(p.temperature)) throw Error("temperature must be a number");
+  if (!(p.repeat_penalty > 0.0f) || !std::isfinite(p.repeat_penalty))
+    throw Error("repeat penalty must be a finite number > 0 (1 = off), got " +
+                std::to_string(p.repeat_penalty));
+  if (p.repeat_last_n < 0) throw Error("repeat-last-n must be >= 0");
+  if (!std::isfinite(p.presence_penalty)) throw Error("presence penalty must be a finite number");
+  if (!std::isfinite(p.frequency_penalty)) throw Error("frequency penalty must be a finite number");
 }
+
+Sampler::Sampler(const SamplingParams& p) : p_(p), rng_(p.seed) { validate(p); }
 
 double Sampler::uniform() { return static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0); }
 
+bool Sampler::penalties_active() const {
+  return p_.repeat_last_n > 0 && !counts_.empty() &&
+         (p_.repeat_penalty != 1.0f || p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f);
+}
+
+void Sampler::apply_penalties(const SamplingParams& p, const std::unordered_map<int32_t, int>& counts,
+                              float* logits, int n) {
+  for (const auto& [id, count] : counts) {
+    if (id < 0 || id >= n || count <= 0) continue;
+    float& l = logits[id];
+    if (p.repeat_penalty != 1.0f) l = l > 0.0f ? l / p.repeat_penalty : l * p.repeat_penalty;
+    l -= static_cast<float>(count) * p.frequency_penalty + p.presence_penalty;
+  }
+}
+
+void Sampler::accept(int32_t id) {
+  if (p_.repeat_last_n <= 0) return;
+  hist_.push_back(id);
+  ++counts_[id];
+  while (static_cast<int>(hist_.size()) > p_.repeat_last_n) {
+    auto it = counts_.find(hist_.front());
+    if (--it->second == 0) counts_.erase(it);
+    hist_.pop_front();
+  }
+}
+
+void Sampler::clear_history() {
+  hist_.clear();
+  counts_.clear();
+}
+
+void Sampler::set_params(const SamplingParams& p) {
+  validate(p);
+  const uint64_t seed = p_.seed;
+  p_ = p;
+  p_.seed = seed;
+  while (static_cast<int>(hist_.size()) > p_.repeat_last_n) {
+    auto it = counts_.find(hist_.front());
+    if (--it->second == 0) counts_.erase(it);
+    hist_.pop_front();
+  }
+}
+
+void Sampler::reseed(uint64_t seed) {
+  p_.seed = seed;
+  rng_.seed(seed);
+}
+
+std::string Sampler::rng_state() const {
+  std::ostringstream os;
+  os << rng_;
+  return os.str();
+}
+
+void Sampler::set_rng_state(const std::string& s) {
+  std::istringstream is(s);
+  std::mt19937_64 r;
+  is >> r;
+  if (is.fail()) throw Error("sampler state: not an RNG state");
+  is >> std::ws;
+  if (!is.eof()) throw Error("sampler state: trailing data after the RNG state");
+  rng_ = r;
+}
+
+std::string Sampler::save_state() const {
+  std::ostringstream os;
+  os << "egsampler 1\n" << rng_ << "\n" << hist_.size();
+  for (int32_t id : hist_) os << ' ' << id;
+  os << '\n';
+  return os.str();
+}
+
+void Sampler::restore_state(const std::string& s) {
+  std::istringstream is(s);
+  std::string magic;
+  int version = 0;
+  is >> magic >> version;
+  if (is.fail() || magic != "egsampler" || version != 1)
+    throw Error("sampler state: missing 'egsampler 1' header");
+  std::mt19937_64 r;
+  is >> r;
+  if (is.fail()) throw Error("sampler state: bad RNG state");
+  long long count = -1;
+  is >> count;
+  if (is.fail() || count < 0 || count > (1 << 24)) throw Error("sampler state: bad history length");
+  std::deque<int32_t> h;
+  for (long long i = 0; i < count; ++i) {
+    long long id = 0;
+    is >> id;
+    if (is.fail() || id < 0 || id > INT32_MAX) throw Error("sampler state: bad history id");
+    h.push_back(static_cast<int32_t>(id));
+  }
+  is >> std::ws;
+  if (!is.eof()) throw Error("sampler state: trailing data");
+  rng_ = r;
+  clear_history();
+  for (int32_t id : h) accept(id);  // re-trims to the current repeat_last_n
+}
+
 int32_t Sampler::sample(const float* logits, int n) {
+  if (penalties_active()) {
+    work_.assign(logits, logits + n);
+    apply_penalties(p_, counts_, work_.data(), n);
+    logits = work_.data();
+  }
   if (p_.temperature <= 0.0f) return argmax(logits, n);
   // Candidates sorted by logit (descending, ties by id) after temperature.
   cand_.resize(n);

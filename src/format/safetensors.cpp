@@ -316,6 +316,19 @@ void TensorStore::add_file(const std::string& path,
   files_.push_back(std::move(mf));
 }
 
+void TensorStore::add_external(TensorInfo t, std::shared_ptr<const void> owner) {
+  if (tensors_.count(t.name)) fail_tensor("tensor store", t.name, "duplicate tensor name");
+  if (t.shape.empty()) fail_tensor("tensor store", t.name, "no dimensions");
+  uint64_t nb = dtype_row_bytes(t.dtype, t.shape.back());
+  for (size_t d = 0; d + 1 < t.shape.size(); ++d) nb *= static_cast<uint64_t>(t.shape[d]);
+  if (!row_fits_blocks(t.dtype, t.shape.back()) || nb != t.nbytes)
+    fail_tensor("tensor store", t.name, "byte size does not match its shape and dtype");
+  names_.insert(std::upper_bound(names_.begin(), names_.end(), t.name), t.name);
+  std::string name = t.name;
+  tensors_.emplace(std::move(name), std::move(t));
+  if (owner && (owners_.empty() || owners_.back() != owner)) owners_.push_back(std::move(owner));
+}
+
 TensorStore TensorStore::open_file(const std::string& path) {
   TensorStore store;
   store.add_file(path, nullptr);

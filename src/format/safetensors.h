@@ -19,6 +19,8 @@
 namespace eg {
 
 /// One tensor inside a mapped file. Shape is in PyTorch order (outermost first, row-major).
+/// F32/F16/BF16 from safetensors; block-quantized dtypes come from GGUF files (rows of
+/// shape.back() elements, dtype_row_bytes each).
 struct TensorInfo {
   std::string name;
   DType dtype = DType::F32;
@@ -47,9 +49,16 @@ class TensorStore {
   /// Sum of all tensors' data bytes.
   size_t total_bytes() const;
 
+  /// Adds a tensor whose bytes live elsewhere (e.g. in a GGUF mapping); `owner` keeps them alive
+  /// as long as the store. Block dtypes are allowed: t.nbytes must equal
+  /// dtype_row_bytes(dtype, shape.back()) · (product of the other dims). Throws eg::Error on a
+  /// duplicate name or an inconsistent size.
+  void add_external(TensorInfo t, std::shared_ptr<const void> owner);
+
  private:
   void add_file(const std::string& path, const std::vector<std::string>* expected_names);
   std::vector<std::shared_ptr<MappedFile>> files_;
+  std::vector<std::shared_ptr<const void>> owners_;  // keep external tensor data alive
   std::unordered_map<std::string, TensorInfo> tensors_;
   std::vector<std::string> names_;
 };

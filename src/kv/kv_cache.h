@@ -1,55 +1,176 @@
-// KV cache: the keys (after RoPE) and values of every processed position, per layer, in f32.
+// Paged KV cache: the keys (after RoPE) and values of every processed position, per layer.
 //
-// Layout per layer: [capacity, n_kv_heads, head_dim], row p = absolute position p.
-// This is the simple contiguous cache of the foundation issue: every layer keeps `capacity`
-// positions. (The paged cache, with sliding-window layers holding only their window, replaces it
-// in the sessions issue.) Gemma 4 KV-shared layers allocate nothing: k()/v() of such a layer
-// return the storage of its source layer.
+// Storage is split into fixed-size pages of `page_tokens` positions. A page belongs to one layer
+// and holds K [page_tokens, n_kv_heads, head_dim] and V [same] in the storage type (F16 by
+// default, BF16, F32, or INT8 with one f32 scale per token and kv head for K and for V). Each layer
+// has its own page pool: pages it no longer needs go to its free list and are reused before a new
+// page is allocated (the pool never shrinks until release_free_pages() or destruction).
+//
+//   * Full-attention (global) layers grow page by page: ceil(n_past / page_tokens) pages.
+//   * Sliding-window layers (window W) keep only the positions a future query can still need,
+//     plus a rollback margin M: before the page that starts at position a is allocated, every page
+//     whose positions all lie below a - W + 1 - M is recycled. Their memory is bounded by
+//     ceil((W + M - 1) / page_tokens) + 1 pages, whatever the context length.
+//   * Gemma 4 KV-shared layers (LayerConfig::kv_source >= 0) allocate nothing; they read the pages
+//     of their source layer.
+//
+// Model::forward splits its work at page boundaries (one sub-pass per page-aligned run of
+// positions) and calls begin_append() before each sub-pass, so the pages a layer holds depend only
+// on the positions written, never on how the caller batched the tokens: kv_bytes_for_context()
+// gives exactly what the cache allocates, and a KV-shared layer always finds every position its
+// queries need in its source layer.
+//
+// Conversions into the cache: F16 / BF16 round to nearest even (core/dtype.h); INT8 is symmetric
+// per token and kv head: scale = amax / 127, q = round(x / scale) clamped to [-127, 127] (scale 0
+// and q = 0 for an all-zero row). Reading converts back to f32 (x ≈ q · scale).
 #pragma once
 #include <cstddef>
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "model/config.h"
 
 namespace eg {
 
+/// Element type of the stored K/V.
+enum class KVType : uint8_t { F16 = 0, BF16 = 1, F32 = 2, INT8 = 3 };
+
+/// "f16", "bf16", "f32", "int8".
+const char* kv_type_name(KVType t);
+/// Parses "f16" | "bf16" | "f32" | "int8" (case-insensitive). Throws eg::Error naming the value.
+KVType parse_kv_type(const std::string& s);
+
+struct KVCacheOptions {
+  KVType type = KVType::F16;
+  /// Positions per page (> 0).
+  int page_tokens = 128;
+  /// Extra positions a sliding-window layer keeps before its window so that truncate() of up to
+  /// this many positions stays exact without re-prefill. -1 = one page (the default); otherwise
+  /// must be >= page_tokens.
+  int rollback_margin_tokens = -1;
+  /// The context limit in tokens (> 0): forward() refuses to store more positions than this.
+  int max_tokens = 0;
+};
+
+/// Bytes one page of `layer` occupies (0 for a KV-shared layer), for `opt`.
+size_t kv_page_bytes(const ModelConfig& cfg, int layer, const KVCacheOptions& opt);
+
+/// Exactly the bytes the cache reserves (bytes_reserved()) after storing `tokens` positions into a
+/// fresh cache of `cfg` with `opt`, however the positions were batched (0 <= tokens). Used by the
+/// memory budget. Does not check tokens against opt.max_tokens. Throws eg::Error on bad options.
+size_t kv_bytes_for_context(const ModelConfig& cfg, int tokens, const KVCacheOptions& opt);
+
+/// Read-only view of one layer's pages for attention (kv/paged_attention.h).
+struct KVLayerView {
+  KVType type = KVType::F32;
+  int page_tokens = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  /// pages[j] = base of the page holding positions j·page_tokens ... (j+1)·page_tokens - 1, or
+  /// nullptr if the page was recycled / never written. n_pages entries.
+  const uint8_t* const* pages = nullptr;
+  int64_t n_pages = 0;
+  // Byte offsets inside a page: K data, V data, K scales (f32 [page_tokens, n_kv_heads], INT8 only),
+  // V scales (INT8 only).
+  size_t k_off = 0, v_off = 0, ks_off = 0, vs_off = 0;
+};
+
 class KVCache {
  public:
-  /// Allocates capacity positions for every layer of `cfg`. capacity in tokens (> 0).
+  /// An empty cache for `cfg` (no page allocated yet). Throws eg::Error on bad options
+  /// (max_tokens <= 0, page_tokens <= 0, margin < page_tokens).
+  KVCache(const ModelConfig& cfg, const KVCacheOptions& opt);
+  /// Compatibility form: exact F32 storage, default pages, max_tokens = capacity. Used by the tests
+  /// that compare logits with transformers' float32 path.
   KVCache(const ModelConfig& cfg, int capacity);
 
-  float* k(int layer) { return k_[owner_[layer]].data(); }
-  float* v(int layer) { return v_[owner_[layer]].data(); }
-  const float* k(int layer) const { return k_[owner_[layer]].data(); }
-  const float* v(int layer) const { return v_[owner_[layer]].data(); }
+  KVCache(KVCache&&) noexcept;
+  KVCache& operator=(KVCache&&) noexcept;
+  KVCache(const KVCache&) = delete;
+  KVCache& operator=(const KVCache&) = delete;
+  ~KVCache();
 
-  int capacity() const { return capacity_; }
+  const KVCacheOptions& options() const { return opt_; }  // margin resolved (never -1)
+  KVType type() const { return opt_.type; }
+  int n_layers() const { return static_cast<int>(layers_.size()); }
+  /// The context limit (tokens). capacity() is the same number.
+  int max_tokens() const { return opt_.max_tokens; }
+  int capacity() const { return opt_.max_tokens; }
   /// Number of positions already stored (the next token's position).
   int n_past() const { return n_past_; }
-  void set_n_past(int n) { n_past_ = n; }
-  /// Rolls the cache back so that it holds positions 0 .. n-1 only (0 <= n <= n_past()).
-  /// Returns how many positions are actually kept, which may be less than n when a layer no longer
-  /// holds K/V that position n onwards needs (a sliding-window layer that recycled older pages);
-  /// the caller must re-run the forward pass from the returned position. Never leaves stale K/V.
-  int truncate(int n) {
-    if (n < 0) n = 0;
-    if (n < n_past_) n_past_ = n;
-    return n_past_;
-  }
-  /// Empties the cache (n_past() = 0).
-  void clear() { n_past_ = 0; }
-  /// Bytes allocated for K and V over all layers (KV-shared layers add nothing).
-  size_t bytes() const { return bytes_; }
-  /// Bytes per token of one layer's K+V (0 for a KV-shared layer).
-  size_t bytes_per_token(int layer) const { return per_token_[layer]; }
+
+  /// Rolls the cache back so that it holds positions 0 .. n-1 only (n is clamped to
+  /// [0, n_past()]). Returns how many positions are actually kept: n, or 0 when some
+  /// sliding-window layer has already recycled a position that a query at position n would need
+  /// (positions max(0, n-W+1) .. n-1). This never happens when n >= n_past() - rollback margin.
+  /// The caller re-runs the forward pass from the returned position. Pages past the kept
+  /// positions return to the free lists; never leaves stale K/V visible.
+  int truncate(int n);
+  /// Empties the cache (n_past() = 0); every page returns to its layer's free list.
+  void clear();
+  /// Frees the pages in the free lists (bytes_reserved() drops to bytes_in_use()).
+  void release_free_pages();
+
+  /// Bytes of the pages currently holding positions (all layers).
+  size_t bytes_in_use() const;
+  /// Bytes of every page allocated, including free (recycled) ones.
+  size_t bytes_reserved() const;
+  /// Page counts matching the two numbers above.
+  int64_t pages_in_use() const;
+  int64_t pages_reserved() const;
+  /// Bytes per page of `layer` (0 for a KV-shared layer) and bytes per stored position of K+V.
+  size_t page_bytes(int layer) const { return layers_[layer].page_bytes; }
+  size_t bytes_per_token(int layer) const;
+
+  // --- used by the forward pass -------------------------------------------------------------
+  /// Prepares positions [pos0, pos0 + T): they must not cross a page boundary and pos0 must equal
+  /// n_past(); pos0 + T <= max_tokens(). Recycles sliding-window pages no longer needed and makes
+  /// sure the page holding these positions exists in every layer that owns storage.
+  /// Throws eg::Error otherwise.
+  void begin_append(int pos0, int T);
+  /// Converts and stores k, v [T, n_kv_heads, head_dim] (f32) of `layer` at positions
+  /// pos0 .. pos0+T-1 (prepared by begin_append). `layer` must own its storage.
+  void write(int layer, int pos0, int T, const float* k, const float* v);
+  /// Marks positions up to n (exclusive) as stored: n_past() = n (after a sub-pass).
+  void commit(int n);
+  /// The pages attention of `layer` reads (its source layer's for a KV-shared layer).
+  KVLayerView view(int layer) const;
+  /// First position still stored by the (owner of the) layer; 0 for global layers.
+  int first_live_position(int layer) const;
+
+  // --- serialization (sessions) ---------------------------------------------------------------
+  /// Writes a versioned header, the options, the per-layer shapes, n_past and the raw bytes of the
+  /// pages in use (not the free ones). Throws eg::Error if the stream fails.
+  void save(std::ostream& os) const;
+  /// Reads what save() wrote. The restored cache is bit-identical in every live page (same
+  /// attention results). Throws eg::Error on a bad magic/version, a layer shape that does not
+  /// match `cfg`, invalid options, or truncated input.
+  static KVCache load(std::istream& is, const ModelConfig& cfg);
 
  private:
-  int capacity_ = 0;
+  struct Layer {
+    int owner = 0;           // layer whose pages this one reads
+    bool sliding = false;    // owns storage and recycles
+    int window = 0;
+    int n_kv_heads = 0, head_dim = 0;
+    size_t page_bytes = 0;   // 0 for KV-shared layers
+    size_t k_off = 0, v_off = 0, ks_off = 0, vs_off = 0;
+    std::vector<std::unique_ptr<uint8_t[]>> pool;  // every page allocated
+    std::vector<uint8_t*> free_list;
+    std::vector<uint8_t*> table;  // logical page -> page (nullptr: recycled / none)
+    int first_page = 0;            // first logical page still held (sliding layers)
+  };
+  KVCache() = default;
+  void init(const ModelConfig& cfg, const KVCacheOptions& opt);
+  uint8_t* take_page(Layer& l);
+  void drop_pages_from(Layer& l, int first_dropped);
+
+  KVCacheOptions opt_;
   int n_past_ = 0;
-  size_t bytes_ = 0;
-  std::vector<std::vector<float>> k_, v_;  // indexed by layer; empty for KV-shared layers
-  std::vector<int> owner_;                  // layer whose storage a layer uses
-  std::vector<size_t> per_token_;
+  std::vector<Layer> layers_;
 };
 
 }  // namespace eg

@@ -2,6 +2,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kv/paged_attention.h"
 #include "model/blocks.h"
 #include "ops/ops.h"
 
@@ -32,8 +33,7 @@ void attention(const Step& st, int layer, const LayerWeights& w, const float* in
     if (cfg.qk_norm) norm_rows(s.k.data(), T * nkv, w.k_norm, off, eps, s.k.data());
     ops::rope(s.k.data(), T, nkv, hd, lc.rope_dims, st.pos, inv_freq);
     if (cfg.v_norm) ops::rmsnorm(s.v.data(), T * nkv, hd, nullptr, DType::F32, 0.0f, eps, s.v.data());
-    std::memcpy(kv.k(layer) + st.pos[0] * kv_row, s.k.data(), T * kv_row * sizeof(float));
-    std::memcpy(kv.v(layer) + st.pos[0] * kv_row, s.v.data(), T * kv_row * sizeof(float));
+    kv.write(layer, st.pos[0], T, s.k.data(), s.v.data());  // converted to the cache's KV type
   }
 
   ops::AttentionParams ap;
@@ -43,8 +43,8 @@ void attention(const Step& st, int layer, const LayerWeights& w, const float* in
   ap.scale = cfg.query_scale;
   ap.softcap = cfg.attn_softcap;
   ap.window = lc.type == LayerType::Sliding ? cfg.sliding_window : 0;
-  // kv.k(layer) is the source layer's storage for a KV-shared layer.
-  ops::attention(s.q.data(), T, st.pos, kv.k(layer), kv.v(layer), ap, s.attn.data());
+  // kv.view(layer) reads the source layer's pages for a KV-shared layer.
+  kv::paged_attention(s.q.data(), T, st.pos, kv.view(layer), ap, s.attn.data());
   ops::matmul(s.attn.data(), T, w.o, out);
 }
 

@@ -31,6 +31,7 @@ struct Step {
 };
 
 /// Attention sub-block: reads the normed input h [T, H], writes o_proj output out [T, H].
+/// st.pos must be consecutive positions inside one KV page, prepared by kv.begin_append.
 /// Projects q (q_norm, RoPE), and unless the layer is KV-shared, k/v (k_norm + RoPE on k, v_norm
 /// on v, V from the raw K projection for K=V layers) into the cache at pos; then causal or
 /// sliding-window GQA attention against the layer's (or its source layer's) cache.

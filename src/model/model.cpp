@@ -46,6 +46,8 @@ using blocks::grow;
 void Model::forward(const int32_t* tokens, int T, KVCache& kv, ForwardScratch& s, LogitsMode mode,
                     std::vector<float>& logits) const {
   if (T <= 0) throw Error("forward: no tokens");
+  if (kv.n_layers() != cfg_.n_layers)
+    throw Error("KV cache has " + std::to_string(kv.n_layers()) + " layers, the model " + std::to_string(cfg_.n_layers));
   const int n_past = kv.n_past();
   if (n_past + T > kv.capacity())
     throw Error("context full: " + std::to_string(n_past + T) + " tokens do not fit the KV cache of " +
@@ -58,7 +60,7 @@ void Model::forward(const int32_t* tokens, int T, KVCache& kv, ForwardScratch& s
 
   std::vector<int32_t> pos(T);
   for (int t = 0; t < T; ++t) pos[t] = n_past + t;
-  const blocks::Step st{cfg_, T, pos.data(), s};
+  const blocks::Step all{cfg_, T, pos.data(), s};
 
   // Embedding lookup, scaled by √H.
   grow(s.x, static_cast<size_t>(T) * H);
@@ -70,25 +72,39 @@ void Model::forward(const int32_t* tokens, int T, KVCache& kv, ForwardScratch& s
     cpu::to_f32(static_cast<const uint8_t*>(w_.embed.data) + tokens[t] * row_bytes, w_.embed.dtype, H, xr);
     for (int64_t i = 0; i < H; ++i) xr[i] *= embed_scale_;
   }
+  const int64_t LP = static_cast<int64_t>(cfg_.n_layers) * cfg_.ple_dim;
   if (cfg_.ple_dim > 0) {
-    grow(s.ple, static_cast<size_t>(T) * cfg_.n_layers * cfg_.ple_dim);
-    blocks::ple_inputs(st, w_, tokens, s.x.data(), s.ple.data());
+    grow(s.ple, static_cast<size_t>(T) * LP);
+    blocks::ple_inputs(all, w_, tokens, s.x.data(), s.ple.data());
   }
 
+  // The decoder stack runs once per page-aligned run of positions (KV cache pages: kv_cache.h),
+  // so a sliding-window layer recycles its old pages at the same positions however the caller
+  // batched the tokens. Every op is row-independent, so the split does not change any value.
   const float eps = cfg_.rms_norm_eps, off = cfg_.norm_offset;
-  for (int li = 0; li < cfg_.n_layers; ++li) {
-    const LayerConfig& lc = cfg_.layers[li];
-    const LayerWeights& lw = w_.layers[li];
-    ops::rmsnorm(s.x.data(), T, H, lw.input_norm.data, lw.input_norm.dtype, off, eps, s.h.data());
-    blocks::attention(st, li, lw, inv_freq_[li].data(), kv, s.h.data(), s.proj.data());
-    ops::rmsnorm(s.proj.data(), T, H, lw.post_attn_norm.data, lw.post_attn_norm.dtype, off, eps, s.proj.data());
-    ops::add_inplace(s.x.data(), s.proj.data(), T * H);
-    blocks::feed_forward(st, lc, lw, s.x.data());
-    if (cfg_.ple_dim > 0) blocks::ple_block(st, li, lw, s.ple.data(), s.x.data());
-    if (cfg_.layer_scalar)
-      for (int64_t i = 0; i < T * H; ++i) s.x[i] *= lw.layer_scalar;
+  const int page = kv.options().page_tokens;
+  for (int c0 = 0; c0 < T;) {
+    const int p0 = n_past + c0;
+    const int Tc = std::min(T - c0, page - p0 % page);
+    kv.begin_append(p0, Tc);
+    const blocks::Step st{cfg_, Tc, pos.data() + c0, s};
+    float* x = s.x.data() + static_cast<size_t>(c0) * H;
+    const float* ple = cfg_.ple_dim > 0 ? s.ple.data() + static_cast<size_t>(c0) * LP : nullptr;
+    for (int li = 0; li < cfg_.n_layers; ++li) {
+      const LayerConfig& lc = cfg_.layers[li];
+      const LayerWeights& lw = w_.layers[li];
+      ops::rmsnorm(x, Tc, H, lw.input_norm.data, lw.input_norm.dtype, off, eps, s.h.data());
+      blocks::attention(st, li, lw, inv_freq_[li].data(), kv, s.h.data(), s.proj.data());
+      ops::rmsnorm(s.proj.data(), Tc, H, lw.post_attn_norm.data, lw.post_attn_norm.dtype, off, eps, s.proj.data());
+      ops::add_inplace(x, s.proj.data(), Tc * H);
+      blocks::feed_forward(st, lc, lw, x);
+      if (cfg_.ple_dim > 0) blocks::ple_block(st, li, lw, ple, x);
+      if (cfg_.layer_scalar)
+        for (int64_t i = 0; i < Tc * H; ++i) x[i] *= lw.layer_scalar;
+    }
+    kv.commit(p0 + Tc);
+    c0 += Tc;
   }
-  kv.set_n_past(n_past + T);
 
   if (mode == LogitsMode::None) return;
   const int first = mode == LogitsMode::Last ? T - 1 : 0;

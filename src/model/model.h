@@ -36,6 +36,9 @@ class Model {
   /// Loads config.json (+ generation_config.json) and the safetensors of `dir`, validates every
   /// tensor shape. Throws eg::Error.
   static std::unique_ptr<Model> load_dir(const std::string& dir);
+  /// Loads a llama.cpp-style GGUF file (architectures gemma2/gemma3/gemma4; any supported tensor
+  /// type; conventions in model/gguf_model.h). Throws eg::Error naming the file.
+  static std::unique_ptr<Model> load_gguf(const std::string& path);
   /// From an already parsed config and opened tensors.
   Model(ModelConfig cfg, TensorStore store);
 

@@ -50,8 +50,8 @@ ops::Weight LayerWeights::expert_gate_up(int e, int64_t Im, int64_t H) const {
 }
 
 ops::Weight LayerWeights::expert_down(int e, int64_t Im, int64_t H) const {
-  const size_t stride = static_cast<size_t>(H) * dtype_row_bytes(experts_dtype, Im);
-  return ops::Weight{static_cast<const uint8_t*>(experts_down) + e * stride, experts_dtype, H, Im};
+  const size_t stride = static_cast<size_t>(H) * dtype_row_bytes(experts_down_dtype, Im);
+  return ops::Weight{static_cast<const uint8_t*>(experts_down) + e * stride, experts_down_dtype, H, Im};
 }
 
 std::string find_decoder_prefix(const TensorStore& st) {
@@ -133,10 +133,10 @@ ModelWeights bind_weights(TensorStore store, const ModelConfig& cfg) {
       lw.per_expert_scale = norm(st, L + "router.per_expert_scale", E);
       const TensorInfo& gu = need(st, L + "experts.gate_up_proj", {E, 2 * Im, H});
       const TensorInfo& dn = need(st, L + "experts.down_proj", {E, H, Im});
-      if (gu.dtype != dn.dtype) throw Error(L + "experts: gate_up_proj and down_proj dtypes differ");
       lw.experts_gate_up = gu.data;
       lw.experts_down = dn.data;
       lw.experts_dtype = gu.dtype;
+      lw.experts_down_dtype = dn.dtype;
       lw.pre_ffw_norm_2 = norm(st, L + "pre_feedforward_layernorm_2.weight", H);
       lw.post_ffw_norm_1 = norm(st, L + "post_feedforward_layernorm_1.weight", H);
       lw.post_ffw_norm_2 = norm(st, L + "post_feedforward_layernorm_2.weight", H);

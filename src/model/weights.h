@@ -40,7 +40,8 @@ struct LayerWeights {
   NormWeight router_scale, per_expert_scale;
   const void* experts_gate_up = nullptr;
   const void* experts_down = nullptr;
-  DType experts_dtype = DType::F32;
+  DType experts_dtype = DType::F32;       // of experts_gate_up
+  DType experts_down_dtype = DType::F32;  // of experts_down (GGUF files may differ: Q4_K / Q5_0)
   NormWeight pre_ffw_norm_2, post_ffw_norm_1, post_ffw_norm_2;
 
   /// Expert e's gate_up [2·Im, H] and down [H, Im] matrices.

@@ -11,26 +11,7 @@
 
 namespace eg::ops {
 
-void matmul(const float* x, int64_t T, const Weight& W, float* y) {
-  const int64_t N = W.rows, K = W.cols;
-  const size_t row_bytes = dtype_row_bytes(W.dtype, K);
-  const auto* wbase = static_cast<const uint8_t*>(W.data);
-  // Parallel over output rows; each element is one dot product in the canonical order. Tiny
-  // products (router logits, toy models) stay on one thread: a parallel region costs more.
-  const bool parallel = N * K * T >= (1 << 16);
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t n = 0; n < N; ++n) {
-    const void* wrow = wbase + static_cast<size_t>(n) * row_bytes;
-    int64_t t = 0;
-    for (; t + 4 <= T; t += 4) {
-      const float* xs[4] = {x + t * K, x + (t + 1) * K, x + (t + 2) * K, x + (t + 3) * K};
-      float out[4];
-      cpu::dot4(xs, wrow, W.dtype, static_cast<size_t>(K), out);
-      for (int j = 0; j < 4; ++j) y[(t + j) * N + n] = out[j];
-    }
-    for (; t < T; ++t) y[t * N + n] = cpu::dot(x + t * K, wrow, W.dtype, static_cast<size_t>(K));
-  }
-}
+// matmul: src/ops/matmul.cpp
 
 void rmsnorm(const float* x, int64_t rows, int64_t n, const void* w, DType wtype, float w_offset,
              float eps, float* y) {

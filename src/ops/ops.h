@@ -1,7 +1,7 @@
 // Shape-agnostic operations of the transformer forward pass (float32 activations).
 //
-// Layouts are row-major; a "row" is the last (contiguous) axis. Weights may be F32, F16 or BF16
-// and are used in place (e.g. straight from a memory-mapped checkpoint). Every op is
+// Layouts are row-major; a "row" is the last (contiguous) axis. Weights may be F32, F16, BF16
+// or block-quantized (matmul, embedding rows via cpu::to_f32) and are used in place (e.g. straight from a memory-mapped checkpoint). Every op is
 // deterministic: the result of an element does not depend on the thread count or on how many
 // rows are processed in one call. Threads: OpenMP inside each op.
 #pragma once
@@ -22,7 +22,22 @@ struct Weight {
 
 /// y[t, n] = sum_k x[t, k] * W[n, k]  (y = x·Wᵀ, as nn.Linear without bias).
 /// x: [T, K] f32 with K == W.cols; y: [T, W.rows] f32 (must not alias x).
+/// W.dtype may also be any block-quantized weight type (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K,
+/// Q5_K, Q6_K, EG_Q4_G128; rows of dtype_row_bytes): the activations are then quantized to int8
+/// once per call (backend/cpu/quant_kernels.h, llama.cpp's scheme) — results are close to, not
+/// equal to, the f32 product with the dequantized weights. Throws eg::Error if K is not a
+/// multiple of the block size or the type is Q8_K (activation-only). Implemented in matmul.cpp.
 void matmul(const float* x, int64_t T, const Weight& W, float* y);
+
+/// Calibration hook (AWQ, src/quant/awq.h): when set, every matmul call first calls
+/// observer(W, x, T, user) with its weight and its input activations x [T, W.cols] (f32), from the
+/// calling thread, before computing. For calibration only: it is one global, not thread-safe by
+/// design (set it while no other thread runs a forward pass); nullptr (the default) turns it off.
+/// Implemented in ops/matmul_observer.cpp.
+using MatmulObserver = void (*)(const Weight& W, const float* x, int64_t T, void* user);
+void set_matmul_observer(MatmulObserver observer, void* user);
+/// Calls the observer if one is set (used by matmul).
+void notify_matmul_observer(const Weight& W, const float* x, int64_t T);
 
 /// RMSNorm over rows of length n: y = x · rsqrt(mean(x²) + eps) · (w_offset + w), all in f32.
 /// w: [n] of type wtype, or nullptr for the scale-less form (Gemma 4 v_norm).

@@ -153,6 +153,14 @@ class PairMap {
     }
   }
 
+  /// Calls f(left id, right id, info) for every merge (in no particular order).
+  template <class F>
+  void for_each(F&& f) const {
+    for (size_t i = 0; i < keys_.size(); ++i)
+      if (keys_[i] != kEmpty)
+        f(static_cast<int32_t>(keys_[i] >> 32), static_cast<int32_t>(keys_[i] & 0xFFFFFFFFu), vals_[i]);
+  }
+
   const MergeInfo* find(int32_t a, int32_t b) const {
     if (keys_.empty()) return nullptr;
     const uint64_t k = key(a, b);

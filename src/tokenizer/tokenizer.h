@@ -15,12 +15,48 @@
 
 namespace eg {
 
+class GGUFFile;
+struct GGUFValue;
+
 class Tokenizer {
  public:
   /// Loads <dir>/tokenizer.json and, when present, <dir>/tokenizer_config.json (add_bos_token,
   /// chat_template, bos/eos token names). Throws eg::Error on a missing or malformed file.
   static Tokenizer load_dir(const std::string& dir);
   static Tokenizer load_files(const std::string& tokenizer_json, const std::string& config_json);
+
+  /// From GGUF metadata (tokenizer_gguf.cpp): tokenizer.ggml.model "llama" (SentencePiece vocab
+  /// with scores) or "gemma4" (BPE with tokenizer.ggml.merges), tokens, token_type (NORMAL,
+  /// CONTROL, USER_DEFINED, BYTE, ...), bos/eos/unk ids, add_bos_token, chat_template. Rebuilt as
+  /// the equivalent Hugging Face pipeline (Replace " "->"▁", BPE with byte fallback, CONTROL and
+  /// USER_DEFINED tokens as added tokens matched in the raw text), so ids equal the
+  /// tokenizer.json path. "llama" files: when tokenizer.ggml.merges is present (edgegemma writes
+  /// it) it gives the merge ranks exactly; otherwise every split of a piece into two vocabulary
+  /// pieces becomes a merge ranked by the merged piece's score (SentencePiece's rule), with
+  /// USER_DEFINED pieces first (SentencePiece never splits them). USER_DEFINED pieces have their
+  /// spaces turned back into "▁" (llama.cpp's converter pre-normalizes them). CONTROL tokens are
+  /// special when they are the bos/eos/unk/pad ids, <pad>/<eos>/<bos>/<unk>, or their name has
+  /// '_' or '|' (Gemma's turn,
+  /// image and tool tokens); other CONTROL tags (<mask>, <unusedN>, <table>) are non-special
+  /// added tokens, as in Gemma's tokenizer.json. "gemma4" files from llama.cpp mark non-special
+  /// added tokens NORMAL: runs of "\n" / "\t", <unusedN>, <mask>, [multimodal] become added
+  /// tokens again. Known limit: SentencePiece files without merges follow SentencePiece's rule,
+  /// which differs from HF's learned merges on some runs of >= 3 spaces (as llama.cpp does too).
+  /// Throws eg::Error naming the file and key on missing or inconsistent fields.
+  static Tokenizer from_gguf(const GGUFFile& g);
+
+  /// The tokenizer.* metadata llama.cpp's converter writes (see from_gguf), appended to `kv`:
+  /// spm=true: model "llama" with scores (BYTE 0, merged piece −(rank of its first merge),
+  /// single characters below every merged piece, added tokens −1000), types (special and
+  /// <...>-looking added tokens CONTROL, other added tokens USER_DEFINED with "▁" written as
+  /// spaces, <0xNN> BYTE) and, for an exact round trip, tokenizer.ggml.merges (llama.cpp ignores
+  /// it for this model); spm=false: model "gemma4" with merges, scores −1000, special tokens
+  /// CONTROL, other added tokens USER_DEFINED.
+  void to_gguf_metadata(std::vector<std::pair<std::string, GGUFValue>>& kv, bool spm) const;
+  /// Id of the unknown token (-1 if none).
+  int32_t unk_id() const;
+  /// Id of the padding token "<pad>" (-1 if none).
+  int32_t pad_id() const;
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;

@@ -5,6 +5,7 @@
 #include "hwy/highway.h"
 
 #include "backend/cpu/kernels.h"
+#include "quant/quant.h"
 
 #include <cstring>
 
@@ -113,6 +114,7 @@ float Dot(const float* x, const void* w, DType t, size_t n) {
     case DType::F32: return DotT(x, static_cast<const float*>(w), n);
     case DType::BF16: return DotT(x, static_cast<const hwy::bfloat16_t*>(w), n);
     case DType::F16: return DotT(x, static_cast<const hwy::float16_t*>(w), n);
+    default: break;  // block types: quant_kernels.h
   }
   return 0.0f;
 }
@@ -122,6 +124,7 @@ void Dot4(const float* const* x, const void* w, DType t, size_t n, float* out) {
     case DType::F32: return Dot4T(x, static_cast<const float*>(w), n, out);
     case DType::BF16: return Dot4T(x, static_cast<const hwy::bfloat16_t*>(w), n, out);
     case DType::F16: return Dot4T(x, static_cast<const hwy::float16_t*>(w), n, out);
+    default: break;  // block types: quant_kernels.h
   }
 }
 
@@ -139,6 +142,7 @@ void ToF32(const void* src, DType t, size_t n, float* dst) {
     case DType::F32: return ToF32T(static_cast<const float*>(src), n, dst);
     case DType::BF16: return ToF32T(static_cast<const hwy::bfloat16_t*>(src), n, dst);
     case DType::F16: return ToF32T(static_cast<const hwy::float16_t*>(src), n, dst);
+    default: break;  // block types: dequantized by to_f32 below
   }
 }
 
@@ -162,6 +166,7 @@ void dot4(const float* const x[4], const void* w, DType wtype, size_t n, float o
   HWY_DYNAMIC_DISPATCH(Dot4)(x, w, wtype, n, out);
 }
 void to_f32(const void* src, DType t, size_t n, float* dst) {
+  if (is_quantized(t)) return quant::dequantize_row(t, src, static_cast<int64_t>(n), dst);
   HWY_DYNAMIC_DISPATCH(ToF32)(src, t, n, dst);
 }
 const char* simd_target_name() { return HWY_DYNAMIC_DISPATCH(TargetName)(); }

@@ -21,7 +21,8 @@ float dot(const float* x, const void* w, DType wtype, size_t n);
 /// to dot(x[j], w, wtype, n). Loads and converts `w` once.
 void dot4(const float* const x[4], const void* w, DType wtype, size_t n, float out[4]);
 
-/// Converts n elements of type `t` at `src` to f32.
+/// Converts n elements of type `t` at `src` to f32. Block-quantized types are dequantized
+/// (quant::dequantize_row; n must be a multiple of the block size, else eg::Error).
 void to_f32(const void* src, DType t, size_t n, float* dst);
 
 /// Name of the SIMD target the dispatcher picked ("AVX2", "AVX3", ...).

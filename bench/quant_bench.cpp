@@ -1,0 +1,99 @@
+// Quantized matmul kernels against the memory roofline. Reports weight bytes/s and flop/s per
+// weight type for decode (T = 1, matrix-vector) and prefill (T = 64) at Gemma-like shapes, and a
+// STREAM-like read bandwidth (BM_StreamRead) to compare against (docs/performance.md,
+// "Quantized kernels"). Run: build/bench/quant_bench --benchmark_min_time=0.5
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/dtype.h"
+#include "ops/ops.h"
+#include "quant/quant.h"
+
+namespace {
+
+using eg::DType;
+
+const DType kTypes[] = {DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_1, DType::Q5_0,
+                        DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::EG_Q4_G128};
+
+std::vector<uint8_t> make_weights(DType t, int64_t N, int64_t K) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> d(0.0f, 0.02f);
+  std::vector<float> row(K);
+  const size_t rb = eg::dtype_row_bytes(t, K);
+  std::vector<uint8_t> w(rb * N);
+  for (int64_t n = 0; n < N; ++n) {
+    for (auto& v : row) v = d(rng);
+    if (t == DType::BF16) {
+      for (int64_t k = 0; k < K; ++k) {
+        const uint16_t b = eg::f32_to_bf16(row[k]);
+        std::memcpy(w.data() + n * rb + 2 * k, &b, 2);
+      }
+    } else if (n < 64) {  // quantizing every row is slow; repeat the first 64 rows
+      eg::quant::quantize_row(t, row.data(), K, w.data() + n * rb);
+    } else {
+      std::memcpy(w.data() + n * rb, w.data() + (n % 64) * rb, rb);
+    }
+  }
+  return w;
+}
+
+// y[T, N] = x[T, K] · W[N, K]ᵀ. Args: type index, N, K, T.
+void BM_QuantMatmul(benchmark::State& st) {
+  const DType t = kTypes[st.range(0)];
+  const int64_t N = st.range(1), K = st.range(2), T = st.range(3);
+  if (!eg::row_fits_blocks(t, K)) {  // e.g. K-quants (256) at K = 1152: llama.cpp falls back too
+    st.SkipWithError("K is not a multiple of the block size");
+    return;
+  }
+  const auto w = make_weights(t, N, K);
+  std::vector<float> x(T * K), y(T * N);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (auto& v : x) v = d(rng);
+  const eg::ops::Weight W{w.data(), t, N, K};
+  for (auto _ : st) {
+    eg::ops::matmul(x.data(), T, W, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetLabel(std::string(eg::dtype_name(t)) + " T=" + std::to_string(T));
+  st.counters["weight_bytes/s"] = benchmark::Counter(static_cast<double>(w.size()),
+                                                     benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["flop/s"] = benchmark::Counter(static_cast<double>(2 * T * N * K),
+                                             benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void QuantArgs(benchmark::internal::Benchmark* b) {
+  for (int ti = 0; ti < static_cast<int>(std::size(kTypes)); ++ti) {
+    b->Args({ti, 6912, 1152, 1});   // gemma-3-1b gate/up, decode
+    b->Args({ti, 1152, 6912, 1});   // gemma-3-1b down, decode
+    b->Args({ti, 8192, 2048, 1});   // 2048x8192 (gemma-2-2b / E2B-like MLP), decode
+    b->Args({ti, 6912, 1152, 64});  // prefill chunk of 64 tokens
+    b->Args({ti, 8192, 2048, 64});
+  }
+}
+BENCHMARK(BM_QuantMatmul)->Apply(QuantArgs)->UseRealTime();
+
+// STREAM-like read bandwidth: all threads sum a 512 MiB buffer (far larger than the caches).
+void BM_StreamRead(benchmark::State& st) {
+  const size_t n = (512u << 20) / 8;
+  std::vector<uint64_t> buf(n);
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < n; ++i) buf[i] = i;
+  for (auto _ : st) {
+    uint64_t s = 0;
+#pragma omp parallel for schedule(static) reduction(+ : s)
+    for (size_t i = 0; i < n; ++i) s += buf[i];
+    benchmark::DoNotOptimize(s);
+  }
+  st.counters["bytes/s"] =
+      benchmark::Counter(static_cast<double>(n * 8), benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["threads"] = omp_get_max_threads();
+}
+BENCHMARK(BM_StreamRead)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace

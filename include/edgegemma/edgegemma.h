@@ -1,0 +1,162 @@
+/* edgegemma C API: run Gemma models on the CPU from C, Swift, Kotlin (JNI/JNA), Python (ctypes)...
+ *
+ * Conventions
+ *  - Opaque handles (eg_model, eg_session), created by *_load / *_create and released by *_free.
+ *  - Every function that can fail returns an int status: EG_OK (0) or a negative EG_ERR_* code;
+ *    eg_last_error() then returns a one-line message (thread-local: it describes the last failed
+ *    call made on the calling thread, and stays valid until the next failing call on that thread).
+ *  - No C++ exception ever crosses this boundary.
+ *  - Strings are UTF-8, NUL-terminated; the library copies what it keeps. Strings the library
+ *    passes to callbacks are valid only during the callback.
+ *  - Threads: a session is used by one thread at a time, except eg_session_cancel(), which any
+ *    thread may call. Sessions of one model may run on different threads concurrently.
+ *  - Ownership: an eg_session keeps its model alive; eg_model_free() may be called while sessions
+ *    of the model exist (the weights are released with the last session).
+ *
+ * The C++ API behind it is eg::Session (src/engine/session.h), which documents the semantics
+ * (prefill-while-typing, chat templates, context overflow, save/restore) in detail.
+ */
+#ifndef EDGEGEMMA_H
+#define EDGEGEMMA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct eg_model eg_model;
+typedef struct eg_session eg_session;
+
+/* Status codes. */
+#define EG_OK 0
+#define EG_ERR_INVALID_ARGUMENT (-1) /* a NULL handle/pointer or an out-of-range parameter */
+#define EG_ERR_FAILED (-2)           /* the operation failed (bad file, budget, template...): see eg_last_error() */
+#define EG_ERR_OUT_OF_MEMORY (-3)
+#define EG_ERR_INTERNAL (-4) /* an unexpected internal error (a bug): see eg_last_error() */
+
+/* Finish reasons (eg_result.finish_reason). */
+#define EG_FINISH_STOP 0         /* end-of-turn / eos token, or a stop string */
+#define EG_FINISH_LENGTH 1       /* max_new_tokens reached */
+#define EG_FINISH_CANCELLED 2    /* eg_session_cancel() or the callback returned non-zero */
+#define EG_FINISH_CONTEXT_FULL 3 /* the context is full and the overflow policy could not help */
+
+/* KV cache element types (eg_session_params.kv_type). */
+#define EG_KV_F16 0
+#define EG_KV_BF16 1
+#define EG_KV_F32 2
+#define EG_KV_INT8 3
+
+/* Context overflow policies (eg_session_params.overflow). */
+#define EG_OVERFLOW_DROP_OLDEST_TURNS 0
+#define EG_OVERFLOW_STOP 1
+
+/* The message of the last failed call on this thread ("" if none). Never NULL. */
+const char* eg_last_error(void);
+/* The library version ("0.1.0"). */
+const char* eg_version(void);
+
+/* ---- models ---- */
+
+/* Loads a Hugging Face model directory (config.json, *.safetensors, tokenizer.json...).
+ * On success *out is the new handle. */
+int eg_model_load(const char* path, eg_model** out);
+/* Releases the handle (NULL is ignored). */
+void eg_model_free(eg_model* model);
+
+/* ---- sessions ---- */
+
+typedef struct eg_session_params {
+  int32_t context_tokens;      /* context size in tokens; 0 = min(4096, the model's maximum) */
+  int32_t kv_type;             /* EG_KV_*; default EG_KV_F16 */
+  int32_t kv_page_tokens;      /* KV page size in tokens; default 128 */
+  int32_t chat;                /* 1 = chat mode (chat template; default), 0 = raw text mode */
+  int32_t overflow;            /* EG_OVERFLOW_*; default EG_OVERFLOW_DROP_OLDEST_TURNS */
+  uint64_t memory_budget_bytes; /* 0 = no limit; over budget: eg_session_create fails with the numbers */
+  int32_t threads;             /* OpenMP threads; 0 = process default */
+  int32_t holdback_tokens;     /* prefill-while-typing: trailing tokens not prefilled; default 3 */
+  int32_t ignore_eos;          /* 1 = generate through end-of-turn / eos; default 0 */
+  /* Sampling. temperature <= 0 is greedy. */
+  float temperature;           /* default 0 */
+  int32_t top_k;               /* 0 = off */
+  float top_p;                 /* 1 = off */
+  float min_p;                 /* 0 = off */
+  uint64_t seed;               /* same seed -> same tokens; default 0 */
+  float repeat_penalty;        /* 1 = off */
+  int32_t repeat_last_n;       /* default 64 */
+  float presence_penalty;      /* 0 = off */
+  float frequency_penalty;     /* 0 = off */
+} eg_session_params;
+
+/* Fills *p with the defaults above. Always call it first, then change fields. */
+void eg_session_params_default(eg_session_params* p);
+
+/* Creates a session on `model` (params NULL = defaults). */
+int eg_session_create(eg_model* model, const eg_session_params* params, eg_session** out);
+/* Stops any background work and releases the session (NULL is ignored). */
+void eg_session_free(eg_session* session);
+
+/* Chat mode: sets the system message ("" removes it). */
+int eg_session_set_system(eg_session* session, const char* text);
+/* Chat mode: appends a message (role "user", "assistant", "system"...) without computing. */
+int eg_session_add_message(eg_session* session, const char* role, const char* content);
+/* Raw mode: appends text to the context and prefills it. */
+int eg_session_append_text(eg_session* session, const char* text);
+/* Prefill-while-typing: the whole text typed so far; returns at once (background prefill). */
+int eg_session_update_input(eg_session* session, const char* text);
+
+/* Receives each piece of generated text (UTF-8 complete, NUL-terminated, never part of a stop
+ * string). Return 0 to continue, non-zero to stop (finish reason EG_FINISH_CANCELLED). */
+typedef int (*eg_piece_callback)(const char* piece, void* user);
+
+typedef struct eg_generate_params {
+  int32_t max_new_tokens;            /* default 256 */
+  const char* const* stop_strings;   /* may be NULL */
+  int32_t n_stop_strings;
+} eg_generate_params;
+
+typedef struct eg_result {
+  int32_t finish_reason;     /* EG_FINISH_* */
+  int32_t generated_tokens;
+  int32_t prompt_tokens;     /* the whole context before generating */
+  int32_t reused_tokens;     /* of those, already in the KV cache */
+} eg_result;
+
+/* Generates from the context + the current input (chat mode: the input becomes the user
+ * message; the answer is appended as the assistant message). params NULL = defaults; callback
+ * and result may be NULL. */
+int eg_session_generate(eg_session* session, const eg_generate_params* params, eg_piece_callback callback,
+                        void* user, eg_result* result);
+/* Chat mode: adds `user_text` as the user message and generates the answer. */
+int eg_session_chat(eg_session* session, const char* user_text, const eg_generate_params* params,
+                    eg_piece_callback callback, void* user, eg_result* result);
+/* Asks a running generation (and the background prefill) to stop. Any thread; never fails for
+ * a valid handle. */
+int eg_session_cancel(eg_session* session);
+/* Tokens of `text` inside a message (no KV change). */
+int eg_session_count_tokens(eg_session* session, const char* text, int32_t* out);
+/* Clears the conversation and the KV cache. */
+int eg_session_reset(eg_session* session);
+
+/* Saves the session to `path` atomically / restores it (same model only; on failure the session
+ * is unchanged and eg_last_error() says why: missing, truncated, damaged, other model, version). */
+int eg_session_save(eg_session* session, const char* path);
+int eg_session_restore(eg_session* session, const char* path);
+
+typedef struct eg_stats {
+  int32_t prompt_tokens, reused_tokens, prefilled_tokens, generated_tokens;
+  double prefill_ms, ttft_ms, decode_ms; /* milliseconds */
+  double prefill_tok_s, decode_tok_s;    /* tokens per second */
+  int32_t context_used, context_size;    /* tokens */
+  uint64_t kv_bytes;                     /* KV cache bytes reserved */
+} eg_stats;
+
+/* Statistics of the last generate/chat call. */
+int eg_session_stats(eg_session* session, eg_stats* out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* EDGEGEMMA_H */

@@ -1,0 +1,54 @@
+// `edgegemma quantize`: write a model (Hugging Face directory or GGUF) as a quantized GGUF file
+// that llama.cpp and edgegemma load (model/gguf_quantize.h).
+#include <cstdio>
+#include <map>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "model/gguf_quantize.h"
+
+namespace eg::cli {
+
+namespace {
+struct QuantizeArgs {
+  std::string in, out, type = "q8_0", calib;
+  bool awq = false;
+  int64_t calib_tokens = 4096;
+  int threads = 0;
+};
+
+int quantize(const QuantizeArgs& a) {
+  apply_threads(a.threads);
+  GGUFQuantizeOptions o;
+  o.type = a.type;
+  o.awq = a.awq;
+  o.calib_file = a.calib;
+  o.calib_tokens = a.calib_tokens;
+  if (!a.awq && (!a.calib.empty())) throw Error("--calib needs --awq");
+  o.log = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
+  const GGUFQuantizeReport r = quantize_to_gguf(a.in, a.out, o);
+  std::map<std::string, int> counts;
+  for (const auto& [name, t] : r.tensor_types) ++counts[dtype_name(t)];
+  std::printf("wrote %s: %llu bytes, %zu tensors:", a.out.c_str(), static_cast<unsigned long long>(r.bytes_written),
+              r.tensor_types.size());
+  for (const auto& [t, n] : counts) std::printf(" %d x %s", n, t.c_str());
+  std::printf("\n");
+  if (!r.fallbacks.empty()) std::printf("%zu tensors fell back to another type (see stderr)\n", r.fallbacks.size());
+  return 0;
+}
+}  // namespace
+
+Action register_quantize(CLI::App& app) {
+  auto a = std::make_shared<QuantizeArgs>();
+  app.add_option("-m,--model", a->in, "input: Hugging Face model directory or .gguf file")->required();
+  app.add_option("-o,--output", a->out, "output .gguf file (written atomically)")->required();
+  app.add_option("--type", a->type, "q8_0 | q4_0 | q4_k | q4_k_m | eg_q4_g128 | f16 | f32 (default q8_0)")
+      ->check(CLI::IsMember({"q8_0", "q4_0", "q4_k", "q4_k_m", "eg_q4_g128", "f16", "f32"}));
+  app.add_flag("--awq", a->awq, "activation-aware weight scaling before quantizing (needs --calib)");
+  app.add_option("--calib", a->calib, "calibration text file for --awq (e.g. shared/data/corpus/train.txt)");
+  app.add_option("--calib-tokens", a->calib_tokens, "calibration tokens for --awq (default 4096)")->check(kCount);
+  app.add_option("-t,--threads", a->threads, "threads (default: all cores)")->check(kCount);
+  return [a] { return quantize(*a); };
+}
+
+}  // namespace eg::cli

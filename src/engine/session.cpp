@@ -1,0 +1,300 @@
+// Session: construction, context building, the background prefill worker and cache sync.
+// Generation is in session_generate.cpp, save/restore in session_file.cpp.
+#include "engine/session.h"
+
+#include <omp.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "engine/memory_budget.h"
+#include "engine/session_prompt.h"
+
+namespace eg {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+    case FinishReason::ContextFull: return "context_full";
+  }
+  return "?";
+}
+
+namespace {
+
+int resolve_context(const ModelConfig& cfg, int requested) {
+  if (requested < 0) throw Error("session: context size must be >= 0 tokens (got " + std::to_string(requested) + ")");
+  if (requested > cfg.max_position_embeddings)
+    throw Error("session: context size " + std::to_string(requested) + " exceeds the model's " +
+                std::to_string(cfg.max_position_embeddings) + " tokens");
+  if (requested > 0) return requested;
+  return std::min(4096, cfg.max_position_embeddings);
+}
+
+}  // namespace
+
+Session::Session(std::shared_ptr<const LoadedModel> model, SessionOptions opt)
+    : lm_(std::move(model)), opt_(std::move(opt)), sampler_(opt_.sampling) {
+  if (!lm_) throw Error("session: no model");
+  if (opt_.holdback_tokens < 0) throw Error("session: holdback_tokens must be >= 0");
+  if (opt_.prefill_chunk_tokens < 1) throw Error("session: prefill_chunk_tokens must be >= 1");
+  if (opt_.threads < 0) throw Error("session: threads must be >= 0");
+  const ModelConfig& cfg = lm_->model().config();
+  ctx_ = resolve_context(cfg, opt_.context_tokens);
+  opt_.kv.max_tokens = ctx_;
+  check_memory_budget(lm_->model(), opt_.memory_budget_bytes, ctx_, opt_.kv,
+                      std::max(kSyncChunkTokens, opt_.prefill_chunk_tokens));
+  std::string tpl = opt_.chat_template;
+  if (tpl.empty()) tpl = lm_->tokenizer().chat_template();
+  if (opt_.chat && tpl.empty())
+    throw Error("session: chat mode needs a chat template and the model has none (use raw mode, "
+                "or set SessionOptions::chat_template)");
+  encoder_ = std::make_unique<PromptEncoder>(lm_->tokenizer(), opt_.chat ? tpl : std::string(),
+                                             opt_.enable_thinking);
+  opt_.chat_template = opt_.chat ? tpl : std::string();
+  init_kv();
+}
+
+Session::~Session() {
+  if (worker_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      shutdown_ = true;
+      job_pending_ = false;
+      job_cancel_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+}
+
+void Session::init_kv() {
+  kv_ = std::make_unique<KVCache>(lm_->model().config(), opt_.kv);
+  cached_.clear();
+  logits_valid_ = false;
+}
+
+void Session::set_threads() const {
+  if (opt_.threads > 0) omp_set_num_threads(opt_.threads);
+}
+
+int Session::cached_tokens() const { return static_cast<int>(cached_.size()); }
+size_t Session::kv_bytes() const { return kv_ ? kv_->bytes_reserved() : 0; }
+
+void Session::set_sampling(const SamplingParams& p) {
+  sampler_.set_params(p);
+  opt_.sampling = sampler_.params();
+}
+
+// ---- context building ------------------------------------------------------------------------
+
+void Session::set_system(const std::string& text) {
+  if (!opt_.chat) throw Error("session: set_system needs chat mode");
+  if (!messages_.empty() && messages_[0].role == "system") {
+    if (text.empty())
+      messages_.erase(messages_.begin());
+    else
+      messages_[0].content = text;
+  } else if (!text.empty()) {
+    messages_.insert(messages_.begin(), ChatMessage{"system", text});
+  }
+}
+
+void Session::add_message(const std::string& role, const std::string& content) {
+  if (!opt_.chat) throw Error("session: add_message needs chat mode (raw mode: append_text)");
+  if (role.empty()) throw Error("session: a message needs a role");
+  messages_.push_back(ChatMessage{role, content});
+}
+
+void Session::append_tokens(const std::vector<int32_t>& ids) {
+  if (opt_.chat) throw Error("session: append_tokens needs raw mode (chat mode: add_message)");
+  const int V = lm_->model().config().vocab_size;
+  for (int32_t id : ids)
+    if (id < 0 || id >= V)
+      throw Error("session: token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                  std::to_string(V - 1) + ")");
+  if (context_.size() + ids.size() > static_cast<size_t>(ctx_))
+    throw Error("session: " + std::to_string(context_.size() + ids.size()) +
+                " tokens exceed the context of " + std::to_string(ctx_) + " tokens");
+  stop_worker_job();
+  set_threads();
+  context_.insert(context_.end(), ids.begin(), ids.end());
+  sync_cache(context_, static_cast<int>(context_.size()), nullptr, kSyncChunkTokens, nullptr);
+}
+
+void Session::append_text(const std::string& text) {
+  if (opt_.chat) throw Error("session: append_text needs raw mode (chat mode: add_message)");
+  std::vector<int32_t> ids = context_.empty() ? lm_->encode_prompt(text, false)
+                                              : lm_->tokenizer().encode(text, false, true);
+  append_tokens(ids);
+}
+
+std::vector<int32_t> Session::render_tokens(const std::vector<ChatMessage>& msgs, bool gen_prompt,
+                                            size_t* draft_end_token) const {
+  const PromptEncoder::Rendered r = encoder_->render(msgs, gen_prompt);
+  if (draft_end_token != nullptr) {
+    // Tokens of the text up to the end of the last message's content (the draft).
+    size_t cut = r.text.size();
+    if (!r.content.empty()) cut = r.content.back().second;
+    *draft_end_token = encoder_->encode(r.text, r.content, cut).size();
+  }
+  return encoder_->encode(r.text, r.content);
+}
+
+std::vector<int32_t> Session::prompt_tokens(const std::string& draft, size_t* draft_end) const {
+  if (opt_.chat) {
+    std::vector<ChatMessage> msgs = messages_;
+    if (!draft.empty()) msgs.push_back(ChatMessage{"user", draft});
+    if (msgs.empty()) {
+      if (draft_end != nullptr) *draft_end = 0;
+      return {};
+    }
+    return render_tokens(msgs, /*gen_prompt=*/true, draft_end);
+  }
+  std::vector<int32_t> t = context_;
+  if (!draft.empty()) {
+    std::vector<int32_t> d = t.empty() ? lm_->encode_prompt(draft, false) : lm_->tokenizer().encode(draft, false, true);
+    t.insert(t.end(), d.begin(), d.end());
+  }
+  if (draft_end != nullptr) *draft_end = t.size();
+  return t;
+}
+
+int Session::count_tokens(const std::string& text) const {
+  return static_cast<int>(lm_->tokenizer().encode(text, false, /*parse_special=*/!opt_.chat).size());
+}
+
+int Session::count_prompt_tokens(const std::string& draft) const {
+  return static_cast<int>(prompt_tokens(draft, nullptr).size());
+}
+
+void Session::reset() {
+  stop_worker_job();
+  messages_.clear();
+  context_.clear();
+  draft_.clear();
+  kv_->clear();
+  cached_.clear();
+  logits_valid_ = false;
+  stats_ = SessionStats{};
+}
+
+// ---- cache synchronisation ---------------------------------------------------------------------
+
+bool Session::sync_cache(const std::vector<int32_t>& target, int upto, const std::atomic<bool>* cancel,
+                         int chunk, int* prefilled, bool want_logits) {
+  upto = std::min<int>(upto, static_cast<int>(target.size()));
+  if (upto > ctx_)
+    throw Error("session: " + std::to_string(upto) + " tokens exceed the context of " + std::to_string(ctx_) + " tokens");
+  size_t common = 0;
+  while (common < cached_.size() && common < static_cast<size_t>(upto) && cached_[common] == target[common]) ++common;
+  if (common < cached_.size()) {
+    const int kept = kv_->truncate(static_cast<int>(common));
+    cached_.resize(static_cast<size_t>(kept));
+    logits_valid_ = false;
+  }
+  const Model& model = lm_->model();
+  while (cached_.size() < static_cast<size_t>(upto)) {
+    if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) return false;
+    const int n = std::min<int>(chunk, upto - static_cast<int>(cached_.size()));
+    const int32_t* ids = target.data() + cached_.size();
+    // The LM head (vocab x hidden) only for the last chunk of a synchronous sync: the background
+    // worker's chunks need no logits (generate() recomputes the last token if it must).
+    const bool last = static_cast<int>(cached_.size()) + n == upto && want_logits;
+    try {
+      model.forward(ids, n, *kv_, scratch_, last ? LogitsMode::Last : LogitsMode::None, logits_);
+    } catch (...) {
+      // The cache may hold part of the chunk: start over from a clean state.
+      kv_->clear();
+      cached_.clear();
+      logits_valid_ = false;
+      throw;
+    }
+    cached_.insert(cached_.end(), ids, ids + n);
+    logits_valid_ = last;
+    if (prefilled != nullptr) *prefilled += n;
+  }
+  return true;
+}
+
+// ---- background worker -------------------------------------------------------------------------
+//
+// Ownership of the KV state (kv_, scratch_, cached_, logits_, logits_valid_): the worker touches
+// it only between taking a job (job_pending_ -> worker_busy_ = true, under mu_) and finishing it
+// (worker_busy_ = false, under mu_). The caller thread touches it only after stop_worker_job()
+// has seen worker_busy_ == false with job_pending_ cleared, under mu_, and before it posts the
+// next job (update_input, under mu_). So the two never overlap, and the mutex hand-offs order
+// their accesses. The conversation state (messages_, context_, draft_, opt_ except reads of
+// constant fields) belongs to the caller thread alone; the worker gets its target by value.
+
+void Session::worker_main() {
+  set_threads();
+  std::unique_lock<std::mutex> lk(mu_);
+  for (;;) {
+    cv_.wait(lk, [&] { return job_pending_ || shutdown_; });
+    if (shutdown_) return;
+    std::vector<int32_t> target = std::move(job_target_);
+    const int upto = job_upto_;
+    job_pending_ = false;
+    worker_busy_ = true;
+    job_cancel_ = false;
+    lk.unlock();
+    try {
+      sync_cache(target, upto, &job_cancel_, opt_.prefill_chunk_tokens, nullptr, /*want_logits=*/false);
+    } catch (...) {
+      // Nothing to report to: the same prompt fails again, synchronously, in generate().
+    }
+    lk.lock();
+    worker_busy_ = false;
+    cv_.notify_all();
+  }
+}
+
+void Session::stop_worker_job() {
+  if (!worker_.joinable()) return;
+  std::unique_lock<std::mutex> lk(mu_);
+  job_pending_ = false;
+  job_cancel_ = true;
+  cv_.wait(lk, [&] { return !worker_busy_; });
+}
+
+void Session::wait_idle() {
+  if (!worker_.joinable()) return;
+  std::unique_lock<std::mutex> lk(mu_);
+  cv_.wait(lk, [&] { return !job_pending_ && !worker_busy_; });
+}
+
+void Session::update_input(const std::string& text) {
+  draft_ = text;
+  if (text.empty()) return;  // nothing new to prefill; keep what the cache holds
+  size_t draft_end = 0;
+  std::vector<int32_t> target;
+  try {
+    target = prompt_tokens(text, &draft_end);
+  } catch (const Error&) {
+    return;  // e.g. a template that rejects this conversation: generate() reports it
+  }
+  // The stable part: everything before the draft's last holdback tokens (never past the context).
+  const size_t fixed = opt_.chat ? 0 : context_.size();
+  size_t upto = draft_end > static_cast<size_t>(opt_.holdback_tokens) ? draft_end - opt_.holdback_tokens : 0;
+  upto = std::max(upto, std::min(fixed, target.size()));
+  upto = std::min(upto, static_cast<size_t>(ctx_));
+  if (!worker_.joinable()) worker_ = std::thread([this] { worker_main(); });
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    job_target_ = std::move(target);
+    job_upto_ = static_cast<int>(upto);
+    job_pending_ = true;
+    job_cancel_ = true;  // supersede the running job after its current chunk
+  }
+  cv_.notify_all();
+}
+
+void Session::cancel() {
+  gen_cancel_ = true;
+  job_cancel_ = true;
+}
+
+}  // namespace eg

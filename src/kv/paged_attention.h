@@ -1,0 +1,25 @@
+// Grouped-query attention of new queries against a paged KV cache layer (kv_cache.h).
+//
+// Same contract and arithmetic as ops::attention (ops/ops.h): causal, optional sliding window,
+// GQA (query head h reads kv head h / (n_heads / n_kv_heads)), scores = (q·k)·scale, optional
+// soft-capping, softmax in f32, out = Σ p·v. Keys and values are converted from the page's
+// storage type to f32 on the fly (F16/BF16 exactly; INT8 as q·scale). With F32 storage the result
+// is bit-identical to ops::attention on the same K/V laid out contiguously, whatever the page size.
+// Deterministic: an output row depends neither on T, on the batching of queries, nor on the number
+// of threads (OpenMP over (query, head) pairs; each pair is computed serially in key order).
+#pragma once
+#include <cstdint>
+
+#include "kv/kv_cache.h"
+#include "ops/ops.h"
+
+namespace eg::kv {
+
+/// q: [T, n_heads, head_dim] f32 at absolute positions pos[0..T) (increasing, RoPE applied);
+/// kv: the layer's pages, which must hold every position a query can see (0 .. pos[T-1], or the
+/// window); out: [T, n_heads, head_dim] f32. p.n_kv_heads / p.head_dim must equal the view's.
+/// Throws eg::Error if a needed page is missing (recycled) or the shapes disagree.
+void paged_attention(const float* q, int64_t T, const int32_t* pos, const KVLayerView& kv,
+                     const ops::AttentionParams& p, float* out);
+
+}  // namespace eg::kv

@@ -1,0 +1,227 @@
+// `quantize` against llama.cpp's own files (../shared/models/gguf, made by llama-quantize from the
+// same weights): tensor types follow llama-quantize's recipe exactly for all 12 quantized files;
+// Q8_0 / Q4_0 / F32 tensor bytes are identical; K-quant tensors (our own quantizer) are as accurate
+// as llama.cpp's. Also round trips, the AWQ hook, and the CLI.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "engine/loaded_model.h"
+#include "format/gguf.h"
+#include "kv/kv_cache.h"
+#include "model/gguf_quantize.h"
+#include "quant/quant.h"
+#include "test_util.h"
+
+namespace {
+
+using nlohmann::json;
+const char* kModels[] = {"tiny-gemma2", "tiny-gemma3", "tiny-gemma4", "tiny-gemma4-moe"};
+
+std::string ref_file(const std::string& model, const std::string& type) {
+  return egtest::shared_dir() + "/models/gguf/" + model + "/" + model + "-" + type + ".gguf";
+}
+
+std::vector<float> dequant(const eg::GGUFTensor& t) {
+  std::vector<float> out(t.numel());
+  const int64_t n0 = t.ne[0], rows = t.numel() / n0;
+  for (int64_t r = 0; r < rows; ++r)
+    eg::quant::dequantize_row(t.dtype, t.data + r * eg::dtype_row_bytes(t.dtype, n0), n0, out.data() + r * n0);
+  return out;
+}
+
+/// Compares every tensor of `ours` with llama.cpp's `ref`: same set, types and shapes; bytes equal
+/// for F32/Q8_0/Q4_0; for other types, our error against `f32` (the source) within 10% of theirs.
+void compare_files(const std::string& ours_path, const std::string& ref_path, const eg::GGUFFile* f32) {
+  auto ours = eg::GGUFFile::open(ours_path);
+  auto ref = eg::GGUFFile::open(ref_path);
+  ASSERT_EQ(ours->tensors().size(), ref->tensors().size()) << ours_path;
+  int exact = 0, kquant = 0;
+  for (const eg::GGUFTensor& r : ref->tensors()) {
+    const eg::GGUFTensor* o = ours->find_tensor(r.name);
+    ASSERT_NE(o, nullptr) << r.name;
+    ASSERT_EQ(eg::dtype_name(o->dtype), std::string(eg::dtype_name(r.dtype))) << r.name;
+    ASSERT_EQ(o->ne, r.ne) << r.name;
+    ASSERT_EQ(o->nbytes, r.nbytes) << r.name;
+    if (r.dtype == eg::DType::F32 || r.dtype == eg::DType::Q8_0 || r.dtype == eg::DType::Q4_0) {
+      EXPECT_EQ(std::memcmp(o->data, r.data, r.nbytes), 0) << ours_path << ": " << r.name << " bytes differ";
+      ++exact;
+    } else if (f32) {
+      const eg::GGUFTensor* s = f32->find_tensor(r.name);
+      ASSERT_NE(s, nullptr);
+      const std::vector<float> src = dequant(*s), a = dequant(*o), b = dequant(r);
+      double ea = 0, eb = 0;
+      for (size_t i = 0; i < src.size(); ++i) {
+        ea += (a[i] - src[i]) * double(a[i] - src[i]);
+        eb += (b[i] - src[i]) * double(b[i] - src[i]);
+      }
+      EXPECT_LE(ea, 1.1 * eb + 1e-12) << r.name << " (" << eg::dtype_name(r.dtype) << "): our squared error " << ea
+                                      << ", llama.cpp's " << eb;
+      ++kquant;
+    }
+  }
+  EXPECT_GT(exact, 0);
+  (void)kquant;
+}
+
+TEST(GgufQuantize, FromF32GgufEqualsLlamaQuantize) {
+  const std::string dir = egtest::make_temp_dir();
+  const std::string src = ref_file("tiny-gemma3", "f32");
+  auto f32 = eg::GGUFFile::open(src);
+  for (const char* t : {"q8_0", "q4_0", "q4_k_m"}) {
+    eg::GGUFQuantizeOptions o;
+    o.type = t;
+    const std::string out = dir + "/g3-" + t + ".gguf";
+    eg::quantize_to_gguf(src, out, o);
+    compare_files(out, ref_file("tiny-gemma3", t), f32.get());
+    // Metadata: everything llama-quantize writes, with the same values.
+    auto a = eg::GGUFFile::open(out);
+    auto b = eg::GGUFFile::open(ref_file("tiny-gemma3", t));
+    for (const auto& [k, v] : b->metadata()) {
+      const eg::GGUFValue* w = a->find(k);
+      ASSERT_NE(w, nullptr) << k;
+      EXPECT_EQ(w->type, v.type) << k;
+      EXPECT_EQ(w->i, v.i) << k;
+      EXPECT_EQ(w->s, v.s) << k;
+      EXPECT_EQ(w->strs, v.strs) << k;
+      EXPECT_EQ(w->ints, v.ints) << k;
+      EXPECT_EQ(w->floats, v.floats) << k;
+    }
+  }
+}
+
+TEST(GgufQuantize, FromHfDirectoryEveryModelQ8_0AndQ4_0BytesEqual) {
+  const std::string dir = egtest::make_temp_dir();
+  for (const char* m : kModels) {
+    for (const char* t : {"q8_0", "q4_0"}) {
+      eg::GGUFQuantizeOptions o;
+      o.type = t;
+      const std::string out = dir + "/" + m + "-" + t + ".gguf";
+      eg::quantize_to_gguf(egtest::shared_dir() + "/models/" + m, out, o);
+      compare_files(out, ref_file(m, t), nullptr);  // Q6_K token embeddings: types/shapes only here
+      auto g = eg::GGUFFile::open(out);
+      auto r = eg::GGUFFile::open(ref_file(m, t));
+      // Gemma 4: we mark non-special added tokens USER_DEFINED (llama.cpp's converter: NORMAL) so
+      // that they keep HF's raw-text matching; token types are compared for Gemma 2/3 only.
+      const bool g4 = std::string(m).find("gemma4") != std::string::npos;
+      for (const char* k : {"tokenizer.ggml.tokens", "tokenizer.ggml.token_type"}) {
+        if (g4 && std::string(k) == "tokenizer.ggml.token_type") continue;
+        EXPECT_EQ(g->find(k)->strs, r->find(k)->strs) << m << " " << k;
+        EXPECT_EQ(g->find(k)->ints, r->find(k)->ints) << m << " " << k;
+      }
+    }
+  }
+}
+
+TEST(GgufQuantize, RecipeTypesEqualLlamaQuantizeForAllFiles) {
+  for (const char* m : kModels) {
+    const json ref = json::parse(egtest::read_file(egtest::shared_dir() + "/models/gguf/" + m + "/llamacpp-reference.json"));
+    for (const char* t : {"q8_0", "q4_0", "q4_k_m"}) {
+      // Types come from the recipe alone: run it over the F32 reference's tensor list (the Q8_0
+      // file has the same names and shapes).
+      auto g = eg::GGUFFile::open(ref_file(m, "q8_0"));
+      const int L = static_cast<int>(g->get_int(g->get_string("general.architecture") + ".block_count"));
+      const int E = static_cast<int>(g->get_int(g->get_string("general.architecture") + ".expert_count", 0));
+      std::vector<std::pair<int, std::string>> vs;
+      for (const auto& tt : g->tensors())
+        if (tt.name.find("attn_v.weight") != std::string::npos) vs.emplace_back(std::stoi(tt.name.substr(4)), tt.name);
+      std::sort(vs.begin(), vs.end());
+      const json& types = ref["files"][std::string(m) + "-" + t + ".gguf"]["tensor_types"];
+      for (const auto& tt : g->tensors()) {
+        int vi = 0;
+        for (size_t k = 0; k < vs.size(); ++k)
+          if (vs[k].second == tt.name) vi = static_cast<int>(k);
+        std::string fb;
+        const eg::DType d = eg::gguf_recipe_type(t, tt.name, tt.ne, L, E, vi, static_cast<int>(vs.size()), &fb);
+        EXPECT_EQ(eg::dtype_name(d), types[tt.name].get<std::string>()) << m << " " << t << " " << tt.name;
+      }
+    }
+  }
+  std::string fb;
+  EXPECT_EQ(eg::gguf_recipe_type("q4_k_m", "blk.0.proj.weight", {64, 256}, 8, 0, 0, 1, &fb), eg::DType::Q5_0);
+  EXPECT_NE(fb.find("Q5_0"), std::string::npos);
+  EXPECT_THROW(eg::gguf_recipe_type("q3_k", "x.weight", {256, 2}, 1, 0, 0, 1, nullptr), eg::Error);
+}
+
+TEST(GgufQuantize, F32RoundTripIsIdentical) {
+  const std::string out = egtest::make_temp_dir() + "/rt.gguf";
+  eg::GGUFQuantizeOptions o;
+  o.type = "f32";
+  const std::string src = ref_file("tiny-gemma3", "f32");
+  eg::quantize_to_gguf(src, out, o);
+  auto a = eg::GGUFFile::open(out);
+  auto b = eg::GGUFFile::open(src);
+  ASSERT_EQ(a->tensors().size(), b->tensors().size());
+  for (size_t i = 0; i < a->tensors().size(); ++i) {
+    EXPECT_EQ(a->tensors()[i].name, b->tensors()[i].name);
+    ASSERT_EQ(a->tensors()[i].nbytes, b->tensors()[i].nbytes);
+    EXPECT_EQ(std::memcmp(a->tensors()[i].data, b->tensors()[i].data, a->tensors()[i].nbytes), 0);
+  }
+  ASSERT_EQ(a->metadata().size(), b->metadata().size());
+  for (size_t i = 0; i < a->metadata().size(); ++i) {
+    const auto& [k, v] = b->metadata()[i];
+    const eg::GGUFValue* w = a->find(k);
+    ASSERT_NE(w, nullptr) << k;
+    EXPECT_EQ(w->i, v.i) << k;
+    EXPECT_EQ(w->s, v.s) << k;
+    EXPECT_EQ(w->strs, v.strs) << k;
+    EXPECT_EQ(w->floats, v.floats) << k;
+  }
+}
+
+/// First-step logits of the en_bible prompt for a GGUF file.
+std::vector<float> first_logits(const std::string& path, std::vector<int32_t>* ids) {
+  auto lm = eg::LoadedModel::load_gguf(path);
+  const json ref = json::parse(egtest::read_file(egtest::shared_dir() + "/models/gguf/tiny-gemma3/llamacpp-reference.json"));
+  *ids = lm->tokenizer().encode(ref["prompts"][0]["text"].get<std::string>(), true);
+  eg::KVCache kv(lm->model().config(), static_cast<int>(ids->size()) + 1);
+  eg::ForwardScratch s;
+  std::vector<float> logits;
+  lm->model().forward(ids->data(), static_cast<int>(ids->size()), kv, s, eg::LogitsMode::Last, logits);
+  return logits;
+}
+
+TEST(GgufQuantize, EgQ4G128AndAwqOutputsRunClose) {
+  const std::string dir = egtest::make_temp_dir();
+  std::vector<int32_t> ids, ids2;
+  const std::vector<float> ref = first_logits(ref_file("tiny-gemma3", "f32"), &ids);
+  const size_t top = std::max_element(ref.begin(), ref.end()) - ref.begin();
+  for (int variant = 0; variant < 2; ++variant) {
+    eg::GGUFQuantizeOptions o;
+    o.type = variant == 0 ? "eg_q4_g128" : "q4_0";
+    o.awq = variant == 1;
+    o.calib_file = egtest::shared_dir() + "/data/corpus/train.txt";
+    o.calib_tokens = 512;
+    const std::string out = dir + "/v" + std::to_string(variant) + ".gguf";
+    const eg::GGUFQuantizeReport rep = eg::quantize_to_gguf(egtest::shared_dir() + "/models/tiny-gemma3", out, o);
+    EXPECT_GT(rep.bytes_written, 0u);
+    const std::vector<float> got = first_logits(out, &ids2);
+    EXPECT_EQ(ids2, ids);
+    double max_d = 0;
+    for (size_t i = 0; i < got.size(); ++i) max_d = std::max(max_d, std::fabs(double(got[i]) - ref[i]));
+    EXPECT_LT(max_d, 1.5) << o.type << (o.awq ? " awq" : "");
+    EXPECT_NEAR(got[top], ref[top], 0.5) << o.type;
+  }
+}
+
+TEST(GgufQuantize, CliQuantizeThenRun) {
+  const std::string out = egtest::make_temp_dir() + "/cli.gguf";
+  auto r = egtest::run_cmd({egtest::cli_path(), "quantize", "-m", egtest::shared_dir() + "/models/tiny-gemma4", "-o",
+                            out, "--type", "q4_k_m"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("Q5_0 instead"), std::string::npos) << r.err;  // blk.*.proj rows of 64
+  r = egtest::run_cmd({egtest::cli_path(), "run", "-m", out, "-p", "In the beginning", "-n", "4", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"generated_ids\""), std::string::npos);
+  r = egtest::run_cmd({egtest::cli_path(), "inspect", "-m", out});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("gemma4"), std::string::npos);
+  r = egtest::run_cmd({egtest::cli_path(), "quantize", "-m", "/nonexistent", "-o", out + "2", "--type", "q8_0"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("edgegemma: error:"), std::string::npos);
+}
+
+}  // namespace
