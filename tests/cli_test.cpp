@@ -131,6 +131,20 @@ TEST(Cli, TokenizeJson) {
   EXPECT_EQ(u["ids"][0], 105);  // special-token text is parsed as the special token
 }
 
+TEST(Cli, TokenizeFromGgufEqualsTokenizerJson) {
+  // The reference prompts' ids from the GGUF's own tokenizer metadata (llama.cpp's file) equal
+  // the tokenizer.json path's, and reference.json's (transformers) ids.
+  const std::string gguf = egtest::shared_dir() + "/models/gguf/tiny-gemma3/tiny-gemma3-q4_0.gguf";
+  for (const json& p : reference()["prompts"]) {
+    if (!p.value("add_special_tokens", true)) continue;
+    const std::string text = p["text"];
+    const json a = run_json({"tokenize", "-m", gguf, text});
+    const json b = run_json({"tokenize", "-m", tiny(), text});
+    EXPECT_EQ(a["ids"], b["ids"]) << text;
+    EXPECT_EQ(a["ids"], p["input_ids"]) << text;
+  }
+}
+
 // --- every error case: one clear line, exit 1, no crash --------------------------------------
 
 // A copy of tiny-gemma3 in a temp dir whose files the test may break.

@@ -12,8 +12,8 @@ namespace eg::cli {
 namespace {
 struct QuantizeArgs {
   std::string in, out, type = "q8_0", calib;
-  bool awq = false;
-  int64_t calib_tokens = 4096;
+  bool awq = false, awq_clip = false;
+  int64_t calib_tokens = 32768;
   int threads = 0;
 };
 
@@ -24,6 +24,8 @@ int quantize(const QuantizeArgs& a) {
   o.awq = a.awq;
   o.calib_file = a.calib;
   o.calib_tokens = a.calib_tokens;
+  o.awq_clip = a.awq_clip;
+  if (a.awq_clip && !a.awq) throw Error("--awq-clip needs --awq");
   if (!a.awq && (!a.calib.empty())) throw Error("--calib needs --awq");
   o.log = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
   const GGUFQuantizeReport r = quantize_to_gguf(a.in, a.out, o);
@@ -46,7 +48,8 @@ Action register_quantize(CLI::App& app) {
       ->check(CLI::IsMember({"q8_0", "q4_0", "q4_k", "q4_k_m", "eg_q4_g128", "f16", "f32"}));
   app.add_flag("--awq", a->awq, "activation-aware weight scaling before quantizing (needs --calib)");
   app.add_option("--calib", a->calib, "calibration text file for --awq (e.g. shared/data/corpus/train.txt)");
-  app.add_option("--calib-tokens", a->calib_tokens, "calibration tokens for --awq (default 4096)")->check(kCount);
+  app.add_option("--calib-tokens", a->calib_tokens, "calibration tokens for --awq (default 32768)")->check(kCount);
+  app.add_flag("--awq-clip", a->awq_clip, "with --awq: also search a per-block clipping ratio of the weights");
   app.add_option("-t,--threads", a->threads, "threads (default: all cores)")->check(kCount);
   return [a] { return quantize(*a); };
 }

@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/file_util.h"
+#include "format/gguf.h"
 #include "tokenizer/tokenizer.h"
 
 namespace eg::cli {
@@ -28,7 +29,8 @@ int tokenize(const TokenizeArgs& a) {
     text = read_stream(stdin);
   }
   const std::string dir = a.model_dir.empty() ? default_model_dir() : a.model_dir;
-  Tokenizer tok = Tokenizer::load_dir(dir);
+  const bool gguf = dir.size() > 5 && dir.compare(dir.size() - 5, 5, ".gguf") == 0;
+  Tokenizer tok = gguf ? Tokenizer::from_gguf(*GGUFFile::open(dir)) : Tokenizer::load_dir(dir);
   std::vector<int32_t> ids = tok.encode(text, tok.add_bos() && !a.no_bos, true);
   if (a.json) {
     nlohmann::json pieces = nlohmann::json::array();
@@ -47,7 +49,7 @@ int tokenize(const TokenizeArgs& a) {
 
 Action register_tokenize(CLI::App& app) {
   auto a = std::make_shared<TokenizeArgs>();
-  app.add_option("-m,--model", a->model_dir, "model or tokenizer directory (default: bundled tiny-gemma3)");
+  app.add_option("-m,--model", a->model_dir, "model or tokenizer directory, or a .gguf file (default: bundled tiny-gemma3)");
   app.add_option("text", a->text, "text to tokenize (default: stdin)")->each([a](const std::string&) { a->text_given = true; });
   app.add_flag("--json", a->json, "print {\"ids\": [...], \"pieces\": [...]}");
   app.add_flag("--no-bos", a->no_bos, "do not add <bos>");

@@ -347,6 +347,7 @@ GGUFQuantizeReport quantize_to_gguf(const std::string& in, const std::string& ou
                                                 : std::make_unique<Tokenizer>(Tokenizer::load_dir(in));
     const std::vector<int32_t> calib = quant::awq_calibration_tokens(*ctok, read_file(opt.calib_file), opt.calib_tokens);
     quant::AwqOptions ao;
+    ao.clip = opt.awq_clip;
     ao.target = is_quantized(base) ? base : DType::Q4_0;
     ao.target_for = [&](int layer, quant::AwqSlot slot) {
       const std::string n = "blk." + std::to_string(layer) + "." + kSlotGguf[static_cast<int>(slot)];

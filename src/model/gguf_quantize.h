@@ -36,7 +36,8 @@ struct GGUFQuantizeOptions {
   /// Activation-aware scaling (quant/awq.h) before quantizing: calibration text file and token count.
   bool awq = false;
   std::string calib_file;
-  int64_t calib_tokens = 4096;
+  int64_t calib_tokens = 32768;
+  bool awq_clip = false;  ///< also search per-block weight clipping (AwqOptions::clip)
   /// One line per message (fallbacks, progress); may be empty.
   std::function<void(const std::string&)> log;
 };
