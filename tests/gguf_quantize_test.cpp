@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -219,7 +220,29 @@ TEST(GgufQuantize, CliQuantizeThenRun) {
   r = egtest::run_cmd({egtest::cli_path(), "inspect", "-m", out});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("gemma4"), std::string::npos);
-  r = egtest::run_cmd({egtest::cli_path(), "quantize", "-m", "/nonexistent", "-o", out + "2", "--type", "q8_0"});
+  // --chat uses the GGUF's own tokenizer.chat_template (there is no tokenizer_config.json).
+  r = egtest::run_cmd({egtest::cli_path(), "run", "-m", out, "--chat", "-p", "Hi", "-n", "4", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"generated_ids\""), std::string::npos);
+  r = egtest::run_cmd({egtest::cli_path(), "chat", "-m", out, "-n", "4"}, "Hello\n/stats\n");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  // The output may never replace a file of the input model, and must be a .gguf.
+  const std::string copy = egtest::make_temp_dir();
+  std::filesystem::copy(egtest::shared_dir() + "/models/tiny-gemma3", copy, std::filesystem::copy_options::recursive);
+  const std::string st = copy + "/model.safetensors";
+  const auto size_before = std::filesystem::file_size(st);
+  r = egtest::run_cmd({egtest::cli_path(), "quantize", "-m", copy, "-o", st, "--type", "q8_0"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("is a file of the input model"), std::string::npos) << r.err;
+  r = egtest::run_cmd({egtest::cli_path(), "quantize", "-m", copy, "-o", copy + "/out.bin", "--type", "q8_0"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("must be a .gguf"), std::string::npos) << r.err;
+  std::filesystem::create_symlink(st, copy + "/link.gguf");  // a .gguf name for the weights file
+  r = egtest::run_cmd({egtest::cli_path(), "quantize", "-m", copy, "-o", copy + "/link.gguf", "--type", "q8_0"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("is a file of the input model"), std::string::npos) << r.err;
+  EXPECT_EQ(std::filesystem::file_size(st), size_before);
+  r = egtest::run_cmd({egtest::cli_path(), "quantize", "-m", "/nonexistent", "-o", out + "2.gguf", "--type", "q8_0"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("edgegemma: error:"), std::string::npos);
 }

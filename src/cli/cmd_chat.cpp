@@ -177,7 +177,6 @@ int chat(const ChatArgs& a) {
   const std::string dir = a.model_dir.empty() ? default_model_dir() : a.model_dir;
   std::shared_ptr<const LoadedModel> lm = LoadedModel::load_dir(dir);
   for (const auto& n : lm->notes()) note("edgegemma: note: " + n);
-  opt.chat_template = load_chat_template(dir);
   Session session(lm, opt);
   if (g.warmup) {
     const WarmupResult w = session.warmup();

@@ -92,7 +92,9 @@ int run(const RunArgs& a) {
     const int32_t bos = tok.bos_id(), eos = tok.eos_id();
     opt.bos_token = bos >= 0 ? tok.piece(bos) : "";
     opt.eos_token = eos >= 0 ? tok.piece(eos) : "";
-    const std::string rendered = ChatTemplate(load_chat_template(dir)).render(msgs, opt);
+    if (lm->chat_template().empty())
+      throw Error("model has no chat template (" + dir + "): --chat needs one");
+    const std::string rendered = ChatTemplate(lm->chat_template()).render(msgs, opt);
     // As transformers' apply_chat_template(tokenize=True): the template writes the BOS text
     // itself, so none is added (exactly one BOS reaches the model).
     prompt = lm->encode_prompt(rendered, /*no_bos=*/true);

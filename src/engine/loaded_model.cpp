@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "format/gguf.h"
+#include "tokenizer/chat_template.h"
 #include "model/gguf_model.h"
 
 namespace eg {
@@ -47,6 +48,11 @@ std::unique_ptr<LoadedModel> LoadedModel::load_dir(const std::string& dir) {
   if (!fs::exists(fs::path(dir) / "tokenizer.json")) throw Error("missing tokenizer.json in " + dir);
   Tokenizer tok = Tokenizer::load_dir(dir);
   auto lm = std::make_unique<LoadedModel>(std::move(model), std::move(tok));
+  try {
+    lm->chat_template_ = load_chat_template(dir);
+  } catch (const Error&) {
+    lm->chat_template_.clear();  // no template: fine for raw completion; chat says so when used
+  }
   lm->load_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return lm;
 }
@@ -64,6 +70,7 @@ std::unique_ptr<LoadedModel> LoadedModel::load_gguf(const std::string& path) {
   }
   Tokenizer tok = Tokenizer::from_gguf(*g);
   auto lm = std::make_unique<LoadedModel>(std::move(model), std::move(tok));
+  lm->chat_template_ = lm->tokenizer().chat_template();
   lm->load_ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return lm;
 }

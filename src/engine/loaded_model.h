@@ -25,6 +25,10 @@ class LoadedModel {
   /// Ids that end generation: eos_token_id of config.json and generation_config.json, plus the
   /// chat format's end-of-turn token when the vocabulary has it (<end_of_turn>; Gemma 4 <turn|>).
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
+  /// The model's chat template (Jinja source): chat_template.jinja or tokenizer_config.json's
+  /// for a Hugging Face directory (load_chat_template), tokenizer.chat_template for a GGUF;
+  /// "" when the model has none.
+  const std::string& chat_template() const { return chat_template_; }
   /// Wall time of load_dir in milliseconds.
   double load_ms() const { return load_ms_; }
   /// Things the user should know ("vision tower ignored: text-only inference").
@@ -42,6 +46,7 @@ class LoadedModel {
   Tokenizer tokenizer_;
   std::vector<int32_t> stop_ids_;
   double load_ms_ = 0;
+  std::string chat_template_;
   std::vector<std::string> notes_;
 };
 

@@ -47,7 +47,7 @@ Session::Session(std::shared_ptr<const LoadedModel> model, SessionOptions opt)
   check_memory_budget(lm_->model(), opt_.memory_budget_bytes, ctx_, opt_.kv,
                       std::max(kSyncChunkTokens, opt_.prefill_chunk_tokens));
   std::string tpl = opt_.chat_template;
-  if (tpl.empty()) tpl = lm_->tokenizer().chat_template();
+  if (tpl.empty()) tpl = lm_->chat_template();
   if (opt_.chat && tpl.empty())
     throw Error("session: chat mode needs a chat template and the model has none (use raw mode, "
                 "or set SessionOptions::chat_template)");

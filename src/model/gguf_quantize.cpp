@@ -241,6 +241,14 @@ GGUFQuantizeReport quantize_to_gguf(const std::string& in, const std::string& ou
     if (opt.log) opt.log(s);
   };
   if (fs::exists(out) && fs::exists(in) && fs::equivalent(in, out)) throw Error("quantize: output is the input file");
+  // Never replace a file of the input model (e.g. -o DIR/model.safetensors): the atomic rename
+  // would destroy the source while it is still mapped.
+  if (fs::is_directory(in) && fs::exists(out)) {
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(in, ec))
+      if (e.path().extension() != ".gguf" && fs::equivalent(e.path(), out, ec)) throw Error("quantize: output " + out + " is a file of the input model");
+  }
+  if (fs::path(out).extension() != ".gguf") throw Error("quantize: the output must be a .gguf file: " + out);
   const bool from_gguf = fs::is_regular_file(in);
   std::shared_ptr<GGUFFile> g;
   std::unique_ptr<TensorStore> store;

@@ -115,7 +115,9 @@ ModelStats compute_model_stats(const ModelConfig& cfg_in, const TensorStore* sto
     const TensorInfo* ti = store ? store->find(t.name) : nullptr;
     if (ti) {
       s.decoder_disk_bytes += static_cast<int64_t>(ti->nbytes);
-      bytes_ckpt += streamed * static_cast<int64_t>(dtype_size(ti->dtype));
+      // Stored bytes of the streamed elements (block-quantized types: a whole number of rows).
+      const int64_t numel = ti->numel();
+      bytes_ckpt += numel > 0 ? static_cast<int64_t>(static_cast<double>(ti->nbytes) * streamed / numel) : 0;
     } else {
       all_known = false;
       if (store) s.missing_tensors.push_back(t.name);
