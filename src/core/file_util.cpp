@@ -1,5 +1,11 @@
 #include "core/file_util.h"
 
+#include <algorithm>
+
+#include <cerrno>
+
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -25,6 +31,24 @@ std::string read_stream(std::FILE* f) {
   size_t n;
   while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
   return out;
+}
+
+bool write_all(int fd, const void* p, size_t n) {
+  const char* c = static_cast<const char*>(p);
+  while (n > 0) {
+    const ssize_t k = ::write(fd, c, std::min<size_t>(n, size_t{1} << 30));
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    if (k == 0) {
+      errno = EIO;
+      return false;
+    }
+    c += k;
+    n -= static_cast<size_t>(k);
+  }
+  return true;
 }
 
 }  // namespace eg

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_util.h"
 #include "engine/memory_budget.h"
 #include "engine/session.h"
 #include "engine/session_prompt.h"
@@ -124,15 +125,7 @@ uint64_t model_fingerprint(const LoadedModel& lm) {
 }
 
 void write_all(int fd, const char* p, size_t n, const std::string& path) {
-  while (n > 0) {
-    const ssize_t k = ::write(fd, p, n);
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      throw Error(path + ": write failed: " + std::strerror(errno));
-    }
-    p += k;
-    n -= static_cast<size_t>(k);
-  }
+  if (!eg::write_all(fd, p, n)) throw Error(path + ": write failed: " + std::strerror(errno));
 }
 
 }  // namespace

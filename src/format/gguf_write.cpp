@@ -10,6 +10,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/file_util.h"
 #include "format/gguf.h"
 
 namespace eg {
@@ -92,23 +93,6 @@ void put_value(std::vector<uint8_t>& out, const GGUFValue& v, const std::string&
   }
 }
 
-bool write_all(int fd, const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    const ssize_t k = ::write(fd, c, std::min<size_t>(n, size_t{1} << 30));
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    if (k == 0) {
-      errno = EIO;
-      return false;
-    }
-    c += k;
-    n -= static_cast<size_t>(k);
-  }
-  return true;
-}
 
 constexpr size_t kBufBytes = size_t{4} << 20;
 

@@ -16,6 +16,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/file_util.h"
 
 namespace eg {
 
@@ -388,24 +389,6 @@ TensorStore TensorStore::open_dir(const std::string& dir) {
 
 namespace {
 
-/// Writes all of [p, p+n) to fd; false (errno set) on failure.
-bool write_all(int fd, const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    const ssize_t k = ::write(fd, c, std::min<size_t>(n, size_t{1} << 30));
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    if (k == 0) {
-      errno = EIO;
-      return false;
-    }
-    c += k;
-    n -= static_cast<size_t>(k);
-  }
-  return true;
-}
 
 }  // namespace
 

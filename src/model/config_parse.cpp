@@ -152,4 +152,19 @@ void apply_rope(const RopeSpec& r, LayerConfig& l) {
   l.rope_pairs = r.proportional ? static_cast<int>(r.partial_rotary_factor * l.head_dim / 2) : l.head_dim / 2;
 }
 
+std::string assign_kv_source(const ModelConfig& c, LayerConfig& l, int i, int first_shared,
+                             const std::vector<LayerType>& types) {
+  for (int s = first_shared - 1; s >= 0; --s)
+    if (types[s] == l.type) {
+      l.kv_source = s;
+      break;
+    }
+  if (l.kv_source < 0)
+    return "KV-shared layer " + std::to_string(i) + " has no earlier layer of its type to share with";
+  const LayerConfig& src = c.layers[l.kv_source];
+  if (src.head_dim != l.head_dim || src.n_kv_heads != l.n_kv_heads)
+    return "KV-shared layer " + std::to_string(i) + " has a geometry different from its source layer";
+  return "";
+}
+
 }  // namespace eg::cfgparse

@@ -62,6 +62,13 @@ void fill_uniform_layers(ModelConfig& c, const UniformGeometry& g, const std::ve
 /// Applies RoPE spec to a layer: inv-freq geometry for default/linear/proportional.
 void apply_rope(const RopeSpec& r, LayerConfig& l);
 
+/// Gemma 4 KV sharing (gemma-architectures.md §3.1; transformers modeling_gemma4.py): a layer
+/// i >= first_shared reads the K/V of the last non-shared layer of the same type. Sets l.kv_source
+/// (c.layers[0..i) must be filled). Returns "" or an error message (no such layer, or a
+/// geometry different from the source's).
+std::string assign_kv_source(const ModelConfig& c, LayerConfig& l, int i, int first_shared,
+                             const std::vector<LayerType>& types);
+
 }  // namespace eg::cfgparse
 
 namespace eg {

@@ -102,16 +102,7 @@ void load_gemma4_config(const json& t, const std::string& origin, ModelConfig& c
     l.intermediate_size = inter;
     apply_rope(l.type == LayerType::Full ? full : local, l);
     if (i >= first_shared) {
-      for (int s = first_shared - 1; s >= 0; --s)
-        if (types[s] == l.type) {
-          l.kv_source = s;
-          break;
-        }
-      if (l.kv_source < 0)
-        f.fail("KV-shared layer " + std::to_string(i) + " has no earlier layer of its type to share with");
-      const LayerConfig& src = c.layers[l.kv_source];
-      if (src.head_dim != l.head_dim || src.n_kv_heads != l.n_kv_heads)
-        f.fail("KV-shared layer " + std::to_string(i) + " has a geometry different from its source layer");
+      if (const std::string e = assign_kv_source(c, l, i, first_shared, types); !e.empty()) f.fail(e);
       if (double_wide) l.intermediate_size = 2 * inter;
     }
   }

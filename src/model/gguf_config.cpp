@@ -162,16 +162,7 @@ ModelConfig gguf_model_config(const GGUFFile& g) {
         m.fail("layer " + std::to_string(i) + ": bad head dim / head_count_kv");
       const std::string blk = "blk." + std::to_string(i) + ".";
       if (i >= first_shared) {
-        for (int s = first_shared - 1; s >= 0; --s)
-          if (types[s] == l.type) {
-            l.kv_source = s;
-            break;
-          }
-        if (l.kv_source < 0)
-          m.fail("KV-shared layer " + std::to_string(i) + " has no earlier layer of its type to share with");
-        const LayerConfig& src = c.layers[l.kv_source];
-        if (src.head_dim != l.head_dim || src.n_kv_heads != l.n_kv_heads)
-          m.fail("KV-shared layer " + std::to_string(i) + " has a geometry different from its source layer");
+        if (const std::string e = cfgparse::assign_kv_source(c, l, i, first_shared, types); !e.empty()) m.fail(e);
       } else {
         l.k_eq_v = l.type == LayerType::Full && g.find_tensor(blk + "attn_v.weight") == nullptr &&
                    g.find_tensor(blk + "attn_k.weight") != nullptr;
