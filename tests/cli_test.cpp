@@ -135,7 +135,8 @@ TEST(Cli, TokenizeFromGgufEqualsTokenizerJson) {
   // The reference prompts' ids from the GGUF's own tokenizer metadata (llama.cpp's file) equal
   // the tokenizer.json path's, and reference.json's (transformers) ids.
   const std::string gguf = egtest::shared_dir() + "/models/gguf/tiny-gemma3/tiny-gemma3-q4_0.gguf";
-  for (const json& p : reference()["prompts"]) {
+  const json ref = reference();  // (iterating reference()["prompts"] directly would dangle)
+  for (const json& p : ref["prompts"]) {
     if (!p.value("add_special_tokens", true)) continue;
     const std::string text = p["text"];
     const json a = run_json({"tokenize", "-m", gguf, text});
