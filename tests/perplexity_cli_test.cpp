@@ -4,6 +4,8 @@
 // counts; clear errors. Bench: runs and its JSON has the fields (never timed here).
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <algorithm>
 #include <cmath>
 #include <nlohmann/json.hpp>
@@ -279,6 +281,13 @@ TEST(BenchCli, JsonHasTheFields) {
   EXPECT_NE(table.out.find("pp8"), std::string::npos) << table.out;
   EXPECT_NE(table.out.find("tg2"), std::string::npos) << table.out;
   expect_error({"bench", "-m", tiny(), "-p", "0", "-n", "0"}, "nothing to measure");
+  // Garbage: a missing model and a file that is not a model give one clear line, no crash.
+  expect_error({"bench", "-m", "/nonexistent/model"}, "does not exist");
+  const std::string junk = egtest::make_temp_dir() + "/junk.gguf";
+  std::ofstream(junk) << "this is not a gguf file";
+  const egtest::CmdResult r = egtest::run_cmd({egtest::cli_path(), "bench", "-m", junk, "-p", "4", "-n", "1"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("edgegemma: error:"), std::string::npos) << r.err;
 }
 
 }  // namespace
