@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <filesystem>
 
 #include "cli/commands.h"
@@ -30,6 +32,13 @@ std::string default_model_dir() {
 }  // namespace eg::cli
 
 int main(int argc, char** argv) {
+  // `serve` runs OpenMP teams next to HTTP threads: spinning OpenMP workers starve them (tokens/s
+  // fell ~100x on a busy 2-core machine; docs/performance.md). libgomp reads OMP_WAIT_POLICY when
+  // it is loaded, so set it and re-execute once, unless the user chose a policy.
+  if (argc > 1 && std::string(argv[1]) == "serve" && std::getenv("OMP_WAIT_POLICY") == nullptr) {
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    execv("/proc/self/exe", argv);  // returns only on failure: carry on with the default policy
+  }
   CLI::App app{"edgegemma: run Google's Gemma models locally, fast and in little memory"};
   app.set_version_flag("--version", "edgegemma " EDGEGEMMA_VERSION);
   app.require_subcommand(1);
@@ -49,6 +58,8 @@ int main(int argc, char** argv) {
       eg::cli::register_quantize);
   add("perplexity", "perplexity of a model over a text file (default or llama-perplexity method)",
       eg::cli::register_perplexity);
+  add("serve", "OpenAI-compatible HTTP server with streaming, JSON-schema output, tool calls and a web chat page",
+      eg::cli::register_serve);
   add("bench", "measure prefill and decode speed (tok/s), TTFT, load time and peak RSS, like llama-bench",
       eg::cli::register_bench);
   try {

@@ -28,6 +28,7 @@ PromptEncoder::PromptEncoder(const Tokenizer& tok, const std::string& template_s
                              std::optional<bool> enable_thinking)
     : tok_(tok), thinking_(enable_thinking), specials_by_byte_(256) {
   if (!template_source.empty()) tpl_.emplace(template_source);
+  uses_tools_ = template_source.find("tools") != std::string::npos;
   for (int32_t id = 0; id < tok.vocab_size(); ++id) {
     if (!tok.is_special(id)) continue;
     const std::string& p = tok.piece(id);
@@ -37,7 +38,8 @@ PromptEncoder::PromptEncoder(const Tokenizer& tok, const std::string& template_s
     std::sort(v.begin(), v.end(), [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
 }
 
-PromptEncoder::Rendered PromptEncoder::render(const std::vector<ChatMessage>& msgs, bool gen_prompt) const {
+PromptEncoder::Rendered PromptEncoder::render(const std::vector<ChatMessage>& msgs, bool gen_prompt,
+                                              const Extras* extras) const {
   if (!tpl_) throw Error("this session has no chat template (use raw mode, or pass the template)");
   if (msgs.empty()) throw Error("chat template: the conversation is empty");
   ChatOptions opt;
@@ -46,12 +48,15 @@ PromptEncoder::Rendered PromptEncoder::render(const std::vector<ChatMessage>& ms
   const int32_t bos = tok_.bos_id(), eos = tok_.eos_id();
   opt.bos_token = bos >= 0 ? tok_.piece(bos) : "";
   opt.eos_token = eos >= 0 ? tok_.piece(eos) : "";
+  if (extras != nullptr && !extras->tools.is_null()) opt.tools = extras->tools;
   auto to_json = [&](bool sentinels) {
     nlohmann::ordered_json arr = nlohmann::ordered_json::array();
     for (size_t i = 0; i < msgs.size(); ++i) {
       nlohmann::ordered_json m;
       m["role"] = msgs[i].role;
       m["content"] = sentinels && !msgs[i].content.empty() ? sentinel(i) : msgs[i].content;
+      if (extras != nullptr && i < extras->message_fields.size() && extras->message_fields[i].is_object())
+        for (const auto& [k, v] : extras->message_fields[i].items()) m[k] = v;
       arr.push_back(std::move(m));
     }
     return arr;

@@ -42,9 +42,19 @@ class PromptEncoder {
     std::string text;
     std::vector<std::pair<size_t, size_t>> content;  // one per message with non-empty content found
   };
+  /// More than role + content (the server's OpenAI messages): tool declarations passed to the
+  /// template as `tools`, and per message extra fields merged into its object (tool_calls,
+  /// tool_call_id, name). message_fields is empty or has one object (or null) per message.
+  struct Extras {
+    nlohmann::ordered_json tools;
+    std::vector<nlohmann::ordered_json> message_fields;
+  };
   /// Renders `msgs` (add_generation_prompt = gen_prompt). Throws eg::Error when the template
-  /// raises or the conversation is empty.
-  Rendered render(const std::vector<ChatMessage>& msgs, bool gen_prompt) const;
+  /// raises or the conversation is empty. Only contents are protected (encode()); strings inside
+  /// extras (tool-call arguments) are rendered as the template prints them.
+  Rendered render(const std::vector<ChatMessage>& msgs, bool gen_prompt, const Extras* extras = nullptr) const;
+  /// The template source mentions `tools` (it can render tool declarations).
+  bool template_uses_tools() const { return uses_tools_; }
 
   /// Ids of text[0, cut) (cut clipped to the text size) where special tokens are parsed only
   /// outside `protect` ranges; no BOS is added (Gemma templates write "<bos>").
@@ -56,6 +66,7 @@ class PromptEncoder {
   const Tokenizer& tok_;
   std::optional<ChatTemplate> tpl_;
   std::optional<bool> thinking_;
+  bool uses_tools_ = false;
   std::vector<std::vector<std::string>> specials_by_byte_;  // first byte -> pieces, longest first
 };
 

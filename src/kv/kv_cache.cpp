@@ -127,7 +127,45 @@ float store_row(KVType t, const float* x, int n, uint8_t* dst) {
   return 1.0f;
 }
 
+// kv_pages_held() for one layer: a sliding layer recycles in begin_append exactly as below.
+KVPageRange held_range(bool owns, int window, int n, const KVCacheOptions& o) {
+  KVPageRange r;
+  if (!owns || n <= 0) return r;
+  const int P = o.page_tokens;
+  const int last = (n - 1) / P;  // the page of the last sub-pass, which began at last·P
+  r.end = last + 1;
+  r.first = window > 0 ? std::min(first_kept_page(last * P, window, o.rollback_margin_tokens, P), last) : 0;
+  return r;
+}
+
+KVPageRange needed_range(bool owns, int window, int n, const KVCacheOptions& o) {
+  KVPageRange r;
+  if (!owns || n <= 0) return r;
+  const int P = o.page_tokens;
+  r.end = (n - 1) / P + 1;
+  r.first = window > 0 ? std::max(0, n - window + 1) / P : 0;
+  return r;
+}
+
 }  // namespace
+
+KVPageRange kv_pages_needed(const ModelConfig& cfg, int layer, int n, const KVCacheOptions& opt) {
+  KVCacheOptions o = opt;
+  if (o.max_tokens <= 0) o.max_tokens = std::max(n, 1);
+  o = resolve(o);
+  if (n < 0) throw Error("kv_pages_needed: negative token count " + std::to_string(n));
+  const LayerConfig& l = cfg.layers.at(layer);
+  return needed_range(l.kv_source < 0, l.type == LayerType::Sliding ? cfg.sliding_window : 0, n, o);
+}
+
+KVPageRange kv_pages_held(const ModelConfig& cfg, int layer, int n, const KVCacheOptions& opt) {
+  KVCacheOptions o = opt;
+  if (o.max_tokens <= 0) o.max_tokens = std::max(n, 1);
+  o = resolve(o);
+  if (n < 0) throw Error("kv_pages_held: negative token count " + std::to_string(n));
+  const LayerConfig& l = cfg.layers.at(layer);
+  return held_range(l.kv_source < 0, l.type == LayerType::Sliding ? cfg.sliding_window : 0, n, o);
+}
 
 size_t kv_page_bytes(const ModelConfig& cfg, int layer, const KVCacheOptions& opt) {
   const KVCacheOptions o = resolve(opt);
@@ -292,6 +330,55 @@ KVLayerView KVCache::view(int layer) const {
 int KVCache::first_live_position(int layer) const {
   const Layer& l = layers_.at(layers_.at(layer).owner);
   return l.sliding ? l.first_page * opt_.page_tokens : 0;
+}
+
+const uint8_t* KVCache::page_data(int layer, int page) const {
+  const Layer& l = layers_.at(layer);
+  if (l.page_bytes == 0 || page < 0 || page >= static_cast<int>(l.table.size())) return nullptr;
+  return l.table[page];
+}
+
+void KVCache::import_pages(int n, const std::function<const uint8_t*(int layer, int page)>& page_src) {
+  if (n < 0 || n > opt_.max_tokens)
+    throw Error("KV cache import: " + std::to_string(n) + " positions do not fit the KV cache of " +
+                std::to_string(opt_.max_tokens));
+  // Collect (and check) every page first: src[i][j - first[i]] for j in [first[i], end).
+  std::vector<std::vector<const uint8_t*>> src(layers_.size());
+  std::vector<int> first(layers_.size(), 0);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    const KVPageRange need = needed_range(l.page_bytes > 0, l.window, n, opt_);
+    const KVPageRange held = held_range(l.page_bytes > 0, l.window, n, opt_);
+    for (int j = need.first; j < need.end; ++j) {
+      const uint8_t* p = page_src(static_cast<int>(i), j);
+      if (!p)
+        throw Error("KV cache import: page " + std::to_string(j) + " (positions from " +
+                    std::to_string(j * opt_.page_tokens) + ") of layer " + std::to_string(i) + " is missing");
+      src[i].push_back(p);
+    }
+    first[i] = need.first;
+    std::vector<const uint8_t*> margin;  // optional pages below, nearest first
+    for (int j = need.first - 1; j >= held.first; --j) {
+      const uint8_t* p = page_src(static_cast<int>(i), j);
+      if (!p) break;
+      margin.push_back(p);
+      first[i] = j;
+    }
+    src[i].insert(src[i].begin(), margin.rbegin(), margin.rend());
+  }
+  clear();
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    Layer& l = layers_[i];
+    if (src[i].empty()) continue;
+    const int end = first[i] + static_cast<int>(src[i].size());
+    l.table.assign(end, nullptr);
+    for (int j = first[i]; j < end; ++j) {
+      l.table[j] = take_page(l);
+      std::memcpy(l.table[j], src[i][j - first[i]], l.page_bytes);
+    }
+    l.first_page = first[i];
+  }
+  n_past_ = n;
 }
 
 int KVCache::truncate(int n) {

@@ -26,6 +26,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -62,6 +63,26 @@ size_t kv_page_bytes(const ModelConfig& cfg, int layer, const KVCacheOptions& op
 /// fresh cache of `cfg` with `opt`, however the positions were batched (0 <= tokens). Used by the
 /// memory budget. Does not check tokens against opt.max_tokens. Throws eg::Error on bad options.
 size_t kv_bytes_for_context(const ModelConfig& cfg, int tokens, const KVCacheOptions& opt);
+
+/// Logical pages [first, end) of one layer (page j holds positions j·page_tokens ... ).
+struct KVPageRange {
+  int first = 0;
+  int end = 0;
+};
+
+/// The pages `layer` holds right after positions 0 .. n-1 were stored into an empty cache with
+/// `opt` by one Model::forward call (whose sub-passes start at page boundaries): end =
+/// ceil(n / page_tokens); first = 0 for a global layer, and for a sliding layer the first page not
+/// recycled by the last begin_append (at the start of the page holding n-1). {0, 0} for a KV-shared
+/// layer or n = 0. These are the pages KVCache::import_pages(n, ...) needs; they include every
+/// position a query at n can see, plus the rollback margin. Throws eg::Error on bad options / n < 0.
+KVPageRange kv_pages_held(const ModelConfig& cfg, int layer, int n, const KVCacheOptions& opt);
+
+/// The pages `layer` must hold so that the next token, at position n, can be computed: every page
+/// with a position its query can see, [max(0, n - W + 1), n) for a sliding layer of window W and
+/// [0, n) for a global layer; {0, 0} for a KV-shared layer or n = 0. A subset of
+/// kv_pages_held(): the pages between the two are the sliding layers' rollback margin.
+KVPageRange kv_pages_needed(const ModelConfig& cfg, int layer, int n, const KVCacheOptions& opt);
 
 /// Read-only view of one layer's pages for attention (kv/paged_attention.h).
 struct KVLayerView {
@@ -140,6 +161,24 @@ class KVCache {
   KVLayerView view(int layer) const;
   /// First position still stored by the (owner of the) layer; 0 for global layers.
   int first_live_position(int layer) const;
+
+  // --- page export / import (prefix cache: kv/prefix_cache.h) --------------------------------
+  /// The bytes of logical page `page` of `layer` (page_bytes(layer) bytes, laid out as in
+  /// KVLayerView: K, V, INT8 scales), or nullptr when the layer owns no storage (KV-shared) or does
+  /// not hold that page (recycled, never allocated, or out of range). Positions >= n_past() inside
+  /// the page are unspecified. The pointer is valid until the cache is next modified.
+  const uint8_t* page_data(int layer, int page) const;
+  /// Rebuilds the cache as holding positions 0 .. n-1 (0 <= n <= max_tokens()) from imported
+  /// pages, each page_bytes(layer) bytes of a cache with the same options and model, returned by
+  /// page_src(layer, j) (nullptr: not available). For every layer that owns storage, the pages of
+  /// kv_pages_needed(cfg, layer, n, options()) are required; below them, the further pages of
+  /// kv_pages_held() (the rollback margin) are imported too as far as they are available
+  /// contiguously. Pages are copied. The cache then continues bit-identically to one that stored
+  /// the positions itself; only a later truncate() into a margin page that was not available
+  /// returns 0 (re-prefill) where that cache would have kept the positions. Throws eg::Error naming
+  /// the layer and page, before changing the cache, if a required page is missing or n is out of
+  /// range.
+  void import_pages(int n, const std::function<const uint8_t*(int layer, int page)>& page_src);
 
   // --- serialization (sessions) ---------------------------------------------------------------
   /// Writes a versioned header, the options, the per-layer shapes, n_past and the raw bytes of the

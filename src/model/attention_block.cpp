@@ -8,8 +8,12 @@
 
 namespace eg::blocks {
 
-void attention(const Step& st, int layer, const LayerWeights& w, const float* inv_freq, KVCache& kv,
-               const float* h, float* out) {
+namespace {
+
+// Shared by attention() and attention_rows(): q [T, nh, hd] (q_norm, RoPE at st.pos) into s.q and,
+// for a layer that owns its K/V, k/v [T, nkv, hd] (k_norm + RoPE, v_norm, K=V) into s.k / s.v.
+// Every step is row-independent, so a row's values do not depend on the other rows.
+void project_qkv(const Step& st, int layer, const LayerWeights& w, const float* inv_freq, const float* h) {
   const ModelConfig& cfg = st.cfg;
   const LayerConfig& lc = cfg.layers[layer];
   ForwardScratch& s = st.s;
@@ -33,19 +37,47 @@ void attention(const Step& st, int layer, const LayerWeights& w, const float* in
     if (cfg.qk_norm) norm_rows(s.k.data(), T * nkv, w.k_norm, off, eps, s.k.data());
     ops::rope(s.k.data(), T, nkv, hd, lc.rope_dims, st.pos, inv_freq);
     if (cfg.v_norm) ops::rmsnorm(s.v.data(), T * nkv, hd, nullptr, DType::F32, 0.0f, eps, s.v.data());
-    kv.write(layer, st.pos[0], T, s.k.data(), s.v.data());  // converted to the cache's KV type
   }
+}
 
+ops::AttentionParams attention_params(const ModelConfig& cfg, const LayerConfig& lc) {
   ops::AttentionParams ap;
-  ap.n_heads = nh;
-  ap.n_kv_heads = nkv;
-  ap.head_dim = hd;
+  ap.n_heads = cfg.n_heads;
+  ap.n_kv_heads = lc.n_kv_heads;
+  ap.head_dim = lc.head_dim;
   ap.scale = cfg.query_scale;
   ap.softcap = cfg.attn_softcap;
   ap.window = lc.type == LayerType::Sliding ? cfg.sliding_window : 0;
+  return ap;
+}
+
+}  // namespace
+
+void attention(const Step& st, int layer, const LayerWeights& w, const float* inv_freq, KVCache& kv,
+               const float* h, float* out) {
+  const LayerConfig& lc = st.cfg.layers[layer];
+  ForwardScratch& s = st.s;
+  project_qkv(st, layer, w, inv_freq, h);
+  if (lc.kv_source < 0) kv.write(layer, st.pos[0], st.T, s.k.data(), s.v.data());  // to the KV type
   // kv.view(layer) reads the source layer's pages for a KV-shared layer.
-  kv::paged_attention(s.q.data(), T, st.pos, kv.view(layer), ap, s.attn.data());
-  ops::matmul(s.attn.data(), T, w.o, out);
+  kv::paged_attention(s.q.data(), st.T, st.pos, kv.view(layer), attention_params(st.cfg, lc), s.attn.data());
+  ops::matmul(s.attn.data(), st.T, w.o, out);
+}
+
+void attention_rows(const Step& st, int layer, const LayerWeights& w, const float* inv_freq,
+                    KVCache* const* kvs, const float* h, float* out) {
+  const ModelConfig& cfg = st.cfg;
+  const LayerConfig& lc = cfg.layers[layer];
+  ForwardScratch& s = st.s;
+  const int64_t qrow = static_cast<int64_t>(cfg.n_heads) * lc.head_dim;
+  const int64_t kvrow = static_cast<int64_t>(lc.n_kv_heads) * lc.head_dim;
+  project_qkv(st, layer, w, inv_freq, h);
+  const ops::AttentionParams ap = attention_params(cfg, lc);
+  for (int b = 0; b < st.T; ++b) {
+    if (lc.kv_source < 0) kvs[b]->write(layer, st.pos[b], 1, s.k.data() + b * kvrow, s.v.data() + b * kvrow);
+    kv::paged_attention(s.q.data() + b * qrow, 1, st.pos + b, kvs[b]->view(layer), ap, s.attn.data() + b * qrow);
+  }
+  ops::matmul(s.attn.data(), st.T, w.o, out);
 }
 
 }  // namespace eg::blocks

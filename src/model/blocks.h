@@ -38,6 +38,13 @@ struct Step {
 void attention(const Step& st, int layer, const LayerWeights& w, const float* inv_freq, KVCache& kv,
                const float* h, float* out);
 
+/// The same sub-block for st.T rows of independent sequences (Model::forward_batch): row b is one
+/// token at position st.pos[b] of cache kvs[b] (prepared by kvs[b]->begin_append(st.pos[b], 1)).
+/// The projections run once over all rows; the K/V write and attention run per row against its own
+/// cache. Row b's output equals attention() of that token alone (every op is row-independent).
+void attention_rows(const Step& st, int layer, const LayerWeights& w, const float* inv_freq,
+                    KVCache* const* kvs, const float* h, float* out);
+
 /// Feed-forward sub-block with its norms and residual: x [T, H] in/out.
 /// Dense GeGLU MLP; with MoE (Gemma 4 26B-A4B) the router/experts branch is added (§3.3.5).
 void feed_forward(const Step& st, const LayerConfig& lc, const LayerWeights& w, float* x);

@@ -52,6 +52,20 @@ class Model {
   void forward(const int32_t* tokens, int T, KVCache& kv, ForwardScratch& s, LogitsMode mode,
                std::vector<float>& logits) const;
 
+  /// One decode step for B independent sequences (src/model/forward_batch.cpp): sequence b
+  /// appends token tokens[b] at position kvs[b]->n_past() to its own cache kvs[b] and advances it
+  /// by one. Every matmul runs once with B rows (the weights are read once per step for all B
+  /// tokens); RoPE, the K/V write, attention (sliding windows, KV sharing, soft-caps), MoE routing
+  /// and Gemma 4 PLE are per row. logits: [B, V] f32 (resized), row b for sequence b, bit-identical
+  /// to forward(&tokens[b], 1, *kvs[b], s, LogitsMode::Last, ...) run alone (tested in
+  /// tests/forward_batch_test.cpp). The caches may have different page sizes, KV types and
+  /// lengths, but must be distinct and made for this model.
+  /// Throws eg::Error, before changing any cache, if B <= 0, a pointer is null or repeated, a cache
+  /// does not match the model's layers, a cache is full (naming the row) or an id is outside the
+  /// vocabulary.
+  void forward_batch(const int32_t* tokens, int B, KVCache* const* kvs, ForwardScratch& s,
+                     std::vector<float>& logits) const;
+
  private:
   ModelConfig cfg_;
   ModelWeights w_;

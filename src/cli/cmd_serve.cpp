@@ -1,0 +1,126 @@
+// `edgegemma serve`: the OpenAI-compatible HTTP server (src/server/server.h).
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/gen_flags.h"
+#include "core/error.h"
+#include "engine/loaded_model.h"
+#include "server/server.h"
+
+namespace eg::cli {
+
+namespace {
+
+struct ServeArgs {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int parallel = 4;
+  int queue = 64;
+  std::string api_key;
+  int ctx = 0;
+  std::string chat_template;
+  std::string alias;
+  double timeout = 600;
+  int prefix_cache_mb = 256;
+  int max_body_kb = 1024;
+  int threads = 0;
+  std::string kv_type = "f16";
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error("cannot read " + path);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+int serve(const ServeArgs& a) {
+  apply_threads(a.threads);
+  // SIGINT/SIGTERM are handled by a watcher thread (sigwait), so block them in every thread.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  const std::string path = a.model.empty() ? default_model_dir() : a.model;
+  std::shared_ptr<const LoadedModel> lm = LoadedModel::load(path);
+  for (const auto& n : lm->notes()) std::fprintf(stderr, "edgegemma: note: %s\n", n.c_str());
+
+  server::ServerOptions o;
+  o.host = a.host;
+  o.port = a.port;
+  o.api_key = a.api_key;
+  if (!a.chat_template.empty()) o.chat_template = read_file(a.chat_template);
+  std::filesystem::path p(path);
+  while (!p.empty() && !p.has_filename()) p = p.parent_path();
+  o.model_id = !a.alias.empty() ? a.alias : (p.extension() == ".gguf" ? p.stem().string() : p.filename().string());
+  o.max_body_bytes = static_cast<size_t>(a.max_body_kb) * 1024;
+  o.timeout_s = a.timeout;
+  const int max_pos = lm->model().config().max_position_embeddings;
+  o.scheduler.context_tokens = a.ctx > 0 ? a.ctx : std::min(4096, max_pos);
+  if (o.scheduler.context_tokens > max_pos)
+    throw Error("--ctx " + std::to_string(a.ctx) + " exceeds the model's maximum of " + std::to_string(max_pos));
+  o.scheduler.slots = a.parallel;
+  o.scheduler.queue = a.queue;
+  o.scheduler.threads = a.threads;
+  o.scheduler.kv.type = parse_kv_type(a.kv_type);
+  o.scheduler.prefix_cache_bytes = static_cast<size_t>(a.prefix_cache_mb) << 20;
+  if (o.chat_template.empty() && lm->chat_template().empty())
+    std::fprintf(stderr, "edgegemma serve: note: the model has no chat template; /v1/chat/completions will fail "
+                         "(use --chat-template or /v1/completions)\n");
+
+  server::Server srv(lm, o);
+  const int port = srv.bind();
+  std::thread watcher([&srv, sigs] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    std::fprintf(stderr, "edgegemma serve: signal %d, stopping\n", sig);
+    srv.stop();
+  });
+  std::fprintf(stderr, "edgegemma serve: model %s | %d slots x %d tokens of context | web chat at http://%s:%d/\n",
+               o.model_id.c_str(), o.scheduler.slots, o.scheduler.context_tokens, a.host.c_str(), port);
+  std::printf("edgegemma serve: listening on http://%s:%d\n", a.host.c_str(), port);
+  std::fflush(stdout);
+  srv.listen();
+  srv.stop();
+  pthread_kill(watcher.native_handle(), SIGTERM);  // wakes sigwait if no signal came
+  watcher.join();
+  return 0;
+}
+
+}  // namespace
+
+Action register_serve(CLI::App& app) {
+  auto a = std::make_shared<ServeArgs>();
+  app.add_option("-m,--model", a->model, "model directory or .gguf file (default: bundled tiny-gemma3)");
+  app.add_option("--host", a->host, "address to bind (default 127.0.0.1: this machine only)");
+  app.add_option("--port", a->port, "TCP port (default 8080; 0 picks a free one)")->check(CLI::Range(0, 65535));
+  app.add_option("-P,--parallel", a->parallel, "concurrent requests (slots), default 4")->check(CLI::Range(1, 256));
+  app.add_option("--queue", a->queue, "requests waiting for a slot before 429, default 64")->check(kCount);
+  app.add_option("--api-key", a->api_key, "require Authorization: Bearer KEY");
+  app.add_option("-c,--ctx", a->ctx, "context tokens per slot (default: min(4096, the model's))")->check(kCount);
+  app.add_option("--chat-template", a->chat_template, "Jinja chat template file (default: the model's)");
+  app.add_option("--alias", a->alias, "model id reported by /v1/models (default: the model's folder/file name)");
+  app.add_option("--timeout", a->timeout, "seconds a request may take, queueing included (default 600)")
+      ->check(CLI::Range(0.001, 1e7));
+  app.add_option("--prefix-cache-mb", a->prefix_cache_mb, "MiB of KV kept for prefixes shared across requests (0: off; default 256)")
+      ->check(kCount);
+  app.add_option("--max-body-kb", a->max_body_kb, "largest request body in KiB (default 1024)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("-t,--threads", a->threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));
+  app.add_option("--kv-type", a->kv_type, "KV cache type f16|bf16|f32|int8 (default f16)");
+  return [a] { return serve(*a); };
+}
+
+}  // namespace eg::cli

@@ -1,0 +1,296 @@
+// The HTTP layer of `edgegemma serve`: routes, authentication, limits, errors, SSE (server.h).
+#include <httplib.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "engine/session_prompt.h"
+#include "server/api_error.h"
+#include "server/constraints.h"
+#include "server/openai_request.h"
+#include "server/openai_response.h"
+#include "server/server.h"
+
+namespace eg::server {
+
+extern const std::string_view kWebPageHtml;
+
+using nlohmann::json;
+
+namespace {
+
+constexpr auto kKeepAlive = std::chrono::milliseconds(250);
+
+int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void send_json(httplib::Response& res, int status, const json& j) {
+  res.status = status;
+  res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status(), e.to_json()); }
+
+// Constant-time comparison of the presented and the configured key.
+bool same_key(const std::string& a, const std::string& b) {
+  unsigned char d = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) d |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
+  return d == 0;
+}
+
+const char* status_message(int status) {
+  switch (status) {
+    case 400: return "bad request";
+    case 401: return "invalid or missing API key";
+    case 404: return "not found";
+    case 405: return "method not allowed";
+    case 413: return "request body too large";
+    case 414: return "request URI too long";
+    case 429: return "too many requests";
+    default: return status >= 500 ? "internal server error" : "request failed";
+  }
+}
+
+}  // namespace
+
+struct Server::Impl {
+  std::shared_ptr<const LoadedModel> lm;
+  ServerOptions opt;
+  Metrics metrics;
+  PromptEncoder encoder;
+  std::unique_ptr<Scheduler> scheduler;
+  httplib::Server http;
+  std::mutex stop_mu;
+
+  Impl(std::shared_ptr<const LoadedModel> m, ServerOptions o)
+      : lm(std::move(m)),
+        opt(std::move(o)),
+        encoder(lm->tokenizer(), opt.chat_template.empty() ? lm->chat_template() : opt.chat_template, std::nullopt) {
+    scheduler = std::make_unique<Scheduler>(lm, opt.scheduler, metrics);
+    const int threads = opt.http_threads > 0 ? opt.http_threads : opt.scheduler.slots + opt.scheduler.queue + 4;
+    http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    http.set_payload_max_length(opt.max_body_bytes);
+    http.set_read_timeout(30, 0);
+    http.set_write_timeout(30, 0);
+    routes();
+  }
+
+  RequestContext request_context() const {
+    return RequestContext{*lm, encoder, opt.model_id, opt.scheduler.context_tokens, encoder.template_uses_tools()};
+  }
+
+  bool authorized(const httplib::Request& req) const {
+    if (opt.api_key.empty()) return true;
+    const std::string h = req.get_header_value("Authorization");
+    const std::string prefix = "Bearer ";
+    return h.size() > prefix.size() && h.compare(0, prefix.size(), prefix) == 0 &&
+           same_key(h.substr(prefix.size()), opt.api_key);
+  }
+
+  // Wraps a handler: auth, ApiError -> JSON error, anything else -> 500 JSON, metrics.
+  template <class F>
+  httplib::Server::Handler wrap(const std::string& endpoint, bool needs_auth, F f) {
+    return [this, endpoint, needs_auth, f](const httplib::Request& req, httplib::Response& res) {
+      try {
+        if (needs_auth && !authorized(req))
+          throw ApiError(401, "invalid or missing API key (send Authorization: Bearer KEY)", "", "invalid_api_key");
+        f(req, res);
+      } catch (const ApiError& e) {
+        send_error(res, e);
+      } catch (const std::bad_alloc&) {
+        send_json(res, 503, error_json(503, "out of memory"));
+      } catch (const std::exception& e) {
+        send_json(res, 500, error_json(500, std::string("internal error: ") + e.what()));
+      }
+      metrics.count_request(endpoint, res.status);
+    };
+  }
+
+  void routes() {
+    http.Get("/", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(std::string(kWebPageHtml), "text/html; charset=utf-8");
+    });
+    http.Get("/health", wrap("health", false, [](const httplib::Request&, httplib::Response& res) {
+               send_json(res, 200, json{{"status", "ok"}});
+             }));
+    http.Get("/metrics", wrap("metrics", true, [this](const httplib::Request&, httplib::Response& res) {
+               res.set_content(metrics.render(), "text/plain; version=0.0.4");
+             }));
+    http.Get("/v1/models", wrap("models", true, [this](const httplib::Request&, httplib::Response& res) {
+               send_json(res, 200, json{{"object", "list"}, {"data", json::array({model_json()})}});
+             }));
+    http.Get(R"(/v1/models/(.+))", wrap("models", true, [this](const httplib::Request& req, httplib::Response& res) {
+               if (req.matches[1] != opt.model_id) throw ApiError(404, "model not found: " + std::string(req.matches[1]), "model", "model_not_found");
+               send_json(res, 200, model_json());
+             }));
+    http.Post("/tokenize", wrap("tokenize", true, [this](const httplib::Request& req, httplib::Response& res) {
+                const auto b = parse_body(req.body);
+                auto it = b.find("content");
+                if (it == b.end() || !it->is_string()) throw ApiError(400, "'content' must be a string", "content");
+                auto flag = [&](const char* k) {
+                  auto f = b.find(k);
+                  if (f == b.end() || f->is_null()) return false;
+                  if (!f->is_boolean()) throw ApiError(400, std::string("'") + k + "' must be a boolean", k);
+                  return f->get<bool>();
+                };
+                const bool add_special = flag("add_special");
+                const bool parse_special = flag("parse_special");
+                const bool with_pieces = flag("with_pieces");
+                const auto ids = lm->tokenizer().encode(it->get<std::string>(), add_special, parse_special);
+                json out{{"tokens", ids}};
+                if (with_pieces) {
+                  json pieces = json::array();
+                  for (int32_t id : ids) pieces.push_back(lm->tokenizer().piece(id));
+                  out["pieces"] = pieces;
+                }
+                send_json(res, 200, out);
+              }));
+    http.Post("/detokenize", wrap("detokenize", true, [this](const httplib::Request& req, httplib::Response& res) {
+                const auto b = parse_body(req.body);
+                auto it = b.find("tokens");
+                if (it == b.end() || !it->is_array()) throw ApiError(400, "'tokens' must be an array of ids", "tokens");
+                std::vector<int32_t> ids;
+                for (const auto& t : *it) {
+                  if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= lm->tokenizer().vocab_size())
+                    throw ApiError(400, "'tokens' must hold ids in [0, vocab size)", "tokens");
+                  ids.push_back(t.get<int32_t>());
+                }
+                send_json(res, 200, json{{"content", lm->tokenizer().decode(ids)}});
+              }));
+    http.Post("/v1/chat/completions", wrap("chat_completions", true, [this](const httplib::Request& req, httplib::Response& res) {
+                generate(parse_chat_request(parse_body(req.body), request_context()), res);
+              }));
+    http.Post("/v1/completions", wrap("completions", true, [this](const httplib::Request& req, httplib::Response& res) {
+                generate(parse_completion_request(parse_body(req.body), request_context()), res);
+              }));
+    // Errors raised by httplib itself (404, 413, ...) get an OpenAI error body too.
+    http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
+      if (res.body.empty()) send_json(res, res.status, error_json(res.status, status_message(res.status)));
+    });
+    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+      send_json(res, 500, error_json(500, "internal error"));
+    });
+  }
+
+  json model_json() const {
+    return json{{"id", opt.model_id},
+                {"object", "model"},
+                {"created", 0},
+                {"owned_by", "edgegemma"},
+                {"context_length", opt.scheduler.context_tokens}};
+  }
+
+  void generate(GenRequest rq, httplib::Response& res) {
+    build_constraints(rq, lm->tokenizer());
+    auto job = std::make_shared<Job>(std::move(rq), opt.timeout_s);
+    if (!scheduler->submit(job))
+      throw ApiError(429, "the server is busy: every slot is in use and the queue is full; retry later", "",
+                     "queue_full");
+    const std::string id = new_completion_id(job->req.kind == GenRequest::Kind::Chat);
+    res.status = 200;
+    const int64_t created = unix_now();
+    auto release = [job](bool success) {
+      if (!success) job->cancel = true;  // the client went away
+    };
+    if (job->req.stream) {
+      res.set_header("Cache-Control", "no-cache");
+      res.set_chunked_content_provider(
+          "text/event-stream",
+          [job, id, created, started = false](size_t, httplib::DataSink& sink) mutable {
+            return stream_events(*job, id, created, started, sink);
+          },
+          release);
+    } else {
+      res.set_chunked_content_provider(
+          "application/json",
+          [job, id, created, last = std::chrono::steady_clock::now()](size_t, httplib::DataSink& sink) mutable {
+            const Job::Poll p = job->poll(kKeepAlive);
+            if (!p.done) {
+              // Keep-alive: a space (JSON allows leading whitespace) every 250 ms detects a client
+              // that went away.
+              const auto now = std::chrono::steady_clock::now();
+              if (now - last < kKeepAlive) return true;
+              last = now;
+              return sink.write(" ", 1);
+            }
+            const JobResult& r = job->result();
+            const json body = r.error_status ? error_json(r.error_status, r.error_message)
+                                             : completion_json(job->req, id, created, r);
+            const std::string s = body.dump(-1, ' ', false, json::error_handler_t::replace);
+            if (!sink.write(s.data(), s.size())) return false;
+            sink.done();
+            return true;
+          },
+          release);
+    }
+  }
+
+  static bool stream_events(Job& job, const std::string& id, int64_t created, bool& started, httplib::DataSink& sink) {
+    const GenRequest& rq = job.req;
+    const bool chat = rq.kind == GenRequest::Kind::Chat;
+    auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+    if (!started) {
+      started = true;
+      if (chat && !write(sse(chunk_json(rq, id, created, json{{"role", "assistant"}, {"content", ""}}, nullptr))))
+        return false;
+    }
+    const Job::Poll p = job.poll(kKeepAlive);
+    if (!p.text.empty()) {
+      const json delta = chat ? json{{"content", p.text}} : json(p.text);
+      if (!write(sse(chunk_json(rq, id, created, delta, nullptr)))) return false;
+    }
+    if (!p.done) return p.text.empty() ? write(": keep-alive\n\n") : true;
+    const JobResult& r = job.result();
+    if (r.error_status) {
+      if (!write(sse(error_json(r.error_status, r.error_message)))) return false;
+    } else {
+      json delta = json::object();
+      if (chat && r.tool_calls.is_array()) {
+        json calls = r.tool_calls;
+        for (size_t i = 0; i < calls.size(); ++i) calls[i]["index"] = i;
+        delta["tool_calls"] = calls;
+      }
+      json last = chunk_json(rq, id, created, chat ? delta : json(""), r.finish.c_str());
+      last["timings"] = timings_json(r);
+      if (!write(sse(last))) return false;
+      if (rq.include_usage) {
+        json u = chunk_json(rq, id, created, json::object(), nullptr);
+        u["choices"] = json::array();
+        u["usage"] = usage_json(r);
+        if (!write(sse(u))) return false;
+      }
+    }
+    if (!write("data: [DONE]\n\n")) return false;
+    sink.done();
+    return true;
+  }
+};
+
+Server::Server(std::shared_ptr<const LoadedModel> model, ServerOptions opt)
+    : impl_(std::make_unique<Impl>(std::move(model), std::move(opt))) {}
+
+Server::~Server() { stop(); }
+
+int Server::bind() {
+  auto& o = impl_->opt;
+  if (o.port == 0) {
+    port_ = impl_->http.bind_to_any_port(o.host);
+    if (port_ <= 0) throw Error("cannot bind " + o.host + " (any port)");
+  } else {
+    if (!impl_->http.bind_to_port(o.host, o.port)) throw Error("cannot bind " + o.host + ":" + std::to_string(o.port) + " (in use?)");
+    port_ = o.port;
+  }
+  return port_;
+}
+
+void Server::listen() { impl_->http.listen_after_bind(); }
+
+void Server::stop() {
+  // Any thread, any number of times (a signal watcher and the main thread may both call it).
+  std::lock_guard<std::mutex> lk(impl_->stop_mu);
+  impl_->http.stop();
+  impl_->scheduler->stop();
+}
+
+}  // namespace eg::server

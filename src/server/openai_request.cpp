@@ -1,0 +1,366 @@
+// OpenAI request JSON -> GenRequest (validation rules in openai_request.h).
+#include "server/openai_request.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+
+#include "engine/presets.h"
+#include "engine/session.h"
+#include "server/api_error.h"
+
+namespace eg::server {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+[[noreturn]] void bad(const std::string& param, const std::string& msg) { throw ApiError(400, msg, param); }
+
+std::string type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    default: return "a number";
+  }
+}
+
+const json* field(const json& o, const char* key) {
+  auto it = o.find(key);
+  if (it == o.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::optional<double> get_number(const json& o, const char* key, double lo, double hi) {
+  const json* v = field(o, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) bad(key, std::string("'") + key + "' must be a number, got " + type_name(*v));
+  const double d = v->get<double>();
+  if (!std::isfinite(d) || d < lo || d > hi)
+    bad(key, std::string("'") + key + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+  return d;
+}
+
+std::optional<int64_t> get_int(const json& o, const char* key, int64_t lo, int64_t hi) {
+  const json* v = field(o, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number_integer() && !v->is_number_unsigned()) {
+    if (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>()) {
+      // 5.0 is accepted as 5
+    } else {
+      bad(key, std::string("'") + key + "' must be an integer, got " + type_name(*v));
+    }
+  }
+  const double d = v->get<double>();
+  if (d < static_cast<double>(lo) || d > static_cast<double>(hi))
+    bad(key, std::string("'") + key + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+  return static_cast<int64_t>(d);
+}
+
+bool get_bool(const json& o, const char* key, bool dflt) {
+  const json* v = field(o, key);
+  if (!v) return dflt;
+  if (!v->is_boolean()) bad(key, std::string("'") + key + "' must be a boolean, got " + type_name(*v));
+  return v->get<bool>();
+}
+
+std::string get_string(const json& o, const char* key, const std::string& dflt) {
+  const json* v = field(o, key);
+  if (!v) return dflt;
+  if (!v->is_string()) bad(key, std::string("'") + key + "' must be a string, got " + type_name(*v));
+  return v->get<std::string>();
+}
+
+// The fields common to both endpoints: model, stream, sampling, stop, max tokens.
+void parse_common(const json& b, const RequestContext& ctx, GenRequest& r) {
+  r.model = get_string(b, "model", ctx.model_id);
+  r.stream = get_bool(b, "stream", false);
+  r.ignore_eos = get_bool(b, "ignore_eos", false);
+  if (const json* so = field(b, "stream_options")) {
+    if (!so->is_object()) bad("stream_options", "'stream_options' must be an object");
+    r.include_usage = get_bool(*so, "include_usage", false);
+  }
+  if (auto n = get_int(b, "n", 1, 128); n && *n != 1) bad("n", "only n = 1 is supported");
+  if (get_bool(b, "logprobs", false)) bad("logprobs", "logprobs are not supported");
+  if (field(b, "top_logprobs")) bad("top_logprobs", "logprobs are not supported");
+
+  SamplingOverrides o;
+  o.temperature = 1.0f;  // OpenAI's default; a preset replaces it unless given explicitly
+  std::string preset = get_string(b, "preset", "");
+  if (!preset.empty()) {
+    try {
+      find_preset(preset);
+    } catch (const Error& e) {
+      bad("preset", e.what());
+    }
+    o.temperature.reset();
+  }
+  if (auto t = get_number(b, "temperature", 0.0, 2.0)) o.temperature = static_cast<float>(*t);
+  if (auto t = get_number(b, "top_p", 0.0, 1.0)) {
+    if (*t <= 0.0) bad("top_p", "'top_p' must be in (0, 1]");
+    o.top_p = static_cast<float>(*t);
+  }
+  if (auto t = get_int(b, "top_k", 0, 1 << 30)) o.top_k = static_cast<int>(*t);
+  if (auto t = get_number(b, "min_p", 0.0, 1.0)) o.min_p = static_cast<float>(*t);
+  if (auto t = get_number(b, "presence_penalty", -2.0, 2.0)) o.presence_penalty = static_cast<float>(*t);
+  if (auto t = get_number(b, "frequency_penalty", -2.0, 2.0)) o.frequency_penalty = static_cast<float>(*t);
+  if (auto t = get_number(b, "repeat_penalty", 1e-3, 100.0)) o.repeat_penalty = static_cast<float>(*t);
+  if (auto t = get_int(b, "repeat_last_n", 0, 1 << 20)) o.repeat_last_n = static_cast<int>(*t);
+  if (const json* s = field(b, "seed")) {
+    if (!s->is_number_integer() && !s->is_number_unsigned()) bad("seed", "'seed' must be an integer");
+    o.seed = s->is_number_unsigned() ? s->get<uint64_t>() : static_cast<uint64_t>(s->get<int64_t>());
+  } else {
+    std::random_device rd;
+    o.seed = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }
+  try {
+    r.sampling = resolve_sampling(preset, o);
+  } catch (const Error& e) {
+    bad("", e.what());
+  }
+
+  if (const json* lb = field(b, "logit_bias")) {
+    if (!lb->is_object()) bad("logit_bias", "'logit_bias' must be an object {token id: bias}");
+    const int64_t V = ctx.model.model().config().vocab_size;
+    for (auto it = lb->begin(); it != lb->end(); ++it) {
+      char* end = nullptr;
+      const long long id = std::strtoll(it.key().c_str(), &end, 10);
+      if (it.key().empty() || *end != '\0' || id < 0 || id >= V)
+        bad("logit_bias", "logit_bias key '" + it.key() + "' is not a token id in [0, " + std::to_string(V) + ")");
+      if (!it.value().is_number() || !std::isfinite(it.value().get<double>()) || std::fabs(it.value().get<double>()) > 100)
+        bad("logit_bias", "logit_bias values must be numbers in [-100, 100]");
+      r.logit_bias.emplace_back(static_cast<int32_t>(id), it.value().get<float>());
+    }
+  }
+  if (const json* s = field(b, "stop")) {
+    if (s->is_string()) {
+      r.stop.push_back(s->get<std::string>());
+    } else if (s->is_array()) {
+      if (s->size() > 16) bad("stop", "at most 16 stop strings");
+      for (const json& x : *s) {
+        if (!x.is_string()) bad("stop", "'stop' must be a string or an array of strings");
+        r.stop.push_back(x.get<std::string>());
+      }
+    } else {
+      bad("stop", "'stop' must be a string or an array of strings");
+    }
+    for (const std::string& x : r.stop)
+      if (x.empty()) bad("stop", "stop strings must not be empty");
+  }
+}
+
+// Prompt length and max_tokens against the context.
+void fit_context(GenRequest& r, const RequestContext& ctx, std::optional<int64_t> max_tokens) {
+  const int n = static_cast<int>(r.prompt.size());
+  if (n == 0) bad("messages", "the prompt is empty");
+  if (n >= ctx.context_tokens)
+    throw ApiError(400,
+                   "This model's maximum context length is " + std::to_string(ctx.context_tokens) +
+                       " tokens. However, your messages resulted in " + std::to_string(n) + " tokens.",
+                   "messages", "context_length_exceeded");
+  const int room = ctx.context_tokens - n;
+  r.max_tokens = max_tokens ? static_cast<int>(std::min<int64_t>(*max_tokens, room)) : room;
+}
+
+std::string text_of_content(const json& c, const std::string& param) {
+  if (c.is_null()) return "";
+  if (c.is_string()) return c.get<std::string>();
+  if (c.is_array()) {
+    std::string s;
+    for (const json& part : c) {
+      if (!part.is_object()) bad(param, "content parts must be objects");
+      const std::string type = get_string(part, "type", "");
+      if (type != "text") bad(param, "content part type '" + type + "' is not supported (text only)");
+      const json* t = field(part, "text");
+      if (!t || !t->is_string()) bad(param, "a text content part needs a 'text' string");
+      s += t->get<std::string>();
+    }
+    return s;
+  }
+  bad(param, "'content' must be a string, an array of text parts, or null");
+}
+
+// OpenAI tool_calls[] (arguments a JSON string) -> the template's form (arguments an object).
+nlohmann::ordered_json template_tool_calls(const json& calls, const std::string& param) {
+  if (!calls.is_array()) bad(param, "'tool_calls' must be an array");
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const json& c : calls) {
+    if (!c.is_object()) bad(param, "each tool call must be an object");
+    const json* f = field(c, "function");
+    if (!f || !f->is_object()) bad(param, "a tool call needs a 'function' object");
+    const std::string name = get_string(*f, "name", "");
+    if (name.empty()) bad(param, "a tool call needs a function name");
+    nlohmann::ordered_json tc;
+    tc["id"] = get_string(c, "id", "");
+    tc["type"] = "function";
+    tc["function"]["name"] = name;
+    const json* a = field(*f, "arguments");
+    if (a && a->is_string()) {
+      nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(a->get<std::string>(), nullptr, false);
+      if (parsed.is_discarded() || !parsed.is_object())
+        bad(param, "tool call arguments must be a JSON object (as a string)");
+      tc["function"]["arguments"] = parsed;
+    } else if (a && a->is_object()) {
+      tc["function"]["arguments"] = *a;
+    } else if (a) {
+      bad(param, "tool call arguments must be a JSON string");
+    } else {
+      tc["function"]["arguments"] = nlohmann::ordered_json::object();
+    }
+    out.push_back(std::move(tc));
+  }
+  return out;
+}
+
+void parse_tools(const json& b, const RequestContext& ctx, GenRequest& r) {
+  const json* tools = field(b, "tools");
+  const json* choice = field(b, "tool_choice");
+  if (choice) {
+    if (choice->is_string()) {
+      r.tool_choice = choice->get<std::string>();
+      if (r.tool_choice != "none" && r.tool_choice != "auto" && r.tool_choice != "required")
+        bad("tool_choice", "'tool_choice' must be none, auto, required or {\"type\": \"function\", ...}");
+    } else if (choice->is_object()) {
+      const json* f = field(*choice, "function");
+      if (!f || !f->is_object() || get_string(*f, "name", "").empty())
+        bad("tool_choice", "'tool_choice' object needs function.name");
+      r.tool_choice = "function";
+      r.tool_name = get_string(*f, "name", "");
+    } else {
+      bad("tool_choice", "'tool_choice' must be a string or an object");
+    }
+  }
+  if (!tools || (tools->is_array() && tools->empty())) {
+    if (r.tool_choice == "required" || r.tool_choice == "function")
+      bad("tool_choice", "tool_choice requires tools");
+    return;
+  }
+  if (!tools->is_array()) bad("tools", "'tools' must be an array");
+  bool found = r.tool_choice != "function";
+  for (const json& t : *tools) {
+    if (!t.is_object() || get_string(t, "type", "function") != "function")
+      bad("tools", "each tool must be {\"type\": \"function\", \"function\": {...}}");
+    const json* f = field(t, "function");
+    if (!f || !f->is_object()) bad("tools", "a tool needs a 'function' object");
+    const std::string name = get_string(*f, "name", "");
+    if (name.empty()) bad("tools", "a tool function needs a name");
+    if (const json* p = field(*f, "parameters"); p && !p->is_object())
+      bad("tools", "function parameters must be a JSON schema object");
+    if (name == r.tool_name) found = true;
+  }
+  if (!found) bad("tool_choice", "tool_choice names a function that is not in tools: " + r.tool_name);
+  if (!ctx.template_has_tools)
+    bad("tools", "this model's chat template cannot render tools (start the server with --chat-template)");
+  r.tools = *tools;
+  r.parse_tools = r.tool_choice != "none";
+}
+
+void parse_response_format(const json& b, GenRequest& r) {
+  const json* f = field(b, "response_format");
+  if (!f) return;
+  if (!f->is_object()) bad("response_format", "'response_format' must be an object");
+  const std::string type = get_string(*f, "type", "");
+  if (type == "text") return;
+  if (type == "json_object") {
+    r.format = GenRequest::Format::JsonObject;
+    return;
+  }
+  if (type != "json_schema") bad("response_format", "response_format type must be text, json_object or json_schema");
+  const json* js = field(*f, "json_schema");
+  if (!js || !js->is_object()) bad("response_format", "json_schema response_format needs a 'json_schema' object");
+  const json* schema = field(*js, "schema");
+  if (!schema || !(schema->is_object() || schema->is_boolean()))
+    bad("response_format", "'json_schema.schema' must be a JSON schema object");
+  r.format = GenRequest::Format::JsonSchema;
+  r.schema = *schema;
+}
+
+}  // namespace
+
+json parse_body(const std::string& body) {
+  json b = json::parse(body, nullptr, false);
+  if (b.is_discarded()) throw ApiError(400, "the request body is not valid JSON");
+  if (!b.is_object()) throw ApiError(400, "the request body must be a JSON object");
+  return b;
+}
+
+GenRequest parse_chat_request(const json& b, const RequestContext& ctx) {
+  GenRequest r;
+  r.kind = GenRequest::Kind::Chat;
+  parse_common(b, ctx, r);
+  parse_response_format(b, r);
+  parse_tools(b, ctx, r);
+  if (r.format != GenRequest::Format::Text && (r.tool_choice == "required" || r.tool_choice == "function"))
+    bad("response_format", "response_format cannot be combined with a required tool call");
+
+  const json* msgs = field(b, "messages");
+  if (!msgs) bad("messages", "'messages' is required");
+  if (!msgs->is_array()) bad("messages", "'messages' must be an array");
+  if (msgs->empty()) bad("messages", "'messages' must not be empty");
+  std::vector<ChatMessage> conv;
+  PromptEncoder::Extras extras;
+  if (!r.tools.is_null()) extras.tools = r.tools;
+  for (size_t i = 0; i < msgs->size(); ++i) {
+    const json& m = (*msgs)[i];
+    const std::string param = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) bad(param, param + " must be an object");
+    const json* role_v = field(m, "role");
+    if (!role_v || !role_v->is_string()) bad(param + ".role", param + " needs a 'role' string");
+    std::string role = role_v->get<std::string>();
+    if (role == "developer") role = "system";
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool")
+      bad(param + ".role", "unknown role '" + role + "' (system, developer, user, assistant, tool)");
+    if (!m.contains("content") && !(role == "assistant" && field(m, "tool_calls")))
+      bad(param + ".content", param + " needs 'content'");
+    const std::string content = text_of_content(m.contains("content") ? m["content"] : json(), param + ".content");
+    nlohmann::ordered_json fields = nlohmann::ordered_json::object();
+    if (role == "assistant" && field(m, "tool_calls"))
+      fields["tool_calls"] = template_tool_calls(m["tool_calls"], param + ".tool_calls");
+    if (role == "tool") {
+      fields["tool_call_id"] = get_string(m, "tool_call_id", "");
+      if (const json* n = field(m, "name"); n && n->is_string()) fields["name"] = *n;
+    }
+    conv.push_back(ChatMessage{role, content});
+    extras.message_fields.push_back(std::move(fields));
+  }
+  try {
+    PromptEncoder::Rendered rendered = ctx.encoder.render(conv, true, &extras);
+    r.prompt = ctx.encoder.encode(rendered.text, rendered.content);
+  } catch (const ApiError&) {
+    throw;
+  } catch (const Error& e) {
+    bad("messages", std::string("the chat template rejected the messages: ") + e.what());
+  }
+  std::optional<int64_t> mt = get_int(b, "max_completion_tokens", 1, 1 << 30);
+  if (!mt) mt = get_int(b, "max_tokens", 1, 1 << 30);
+  fit_context(r, ctx, mt);
+  return r;
+}
+
+GenRequest parse_completion_request(const json& b, const RequestContext& ctx) {
+  GenRequest r;
+  r.kind = GenRequest::Kind::Completion;
+  parse_common(b, ctx, r);
+  if (get_bool(b, "echo", false)) bad("echo", "echo is not supported");
+  if (field(b, "suffix")) bad("suffix", "suffix is not supported");
+  const json* p = field(b, "prompt");
+  if (!p) bad("prompt", "'prompt' is required");
+  std::string text;
+  if (p->is_string()) {
+    text = p->get<std::string>();
+  } else if (p->is_array() && p->size() == 1 && (*p)[0].is_string()) {
+    text = (*p)[0].get<std::string>();
+  } else {
+    bad("prompt", "'prompt' must be a string (or an array of one string)");
+  }
+  if (text.empty()) bad("prompt", "'prompt' must not be empty");
+  r.prompt = ctx.model.encode_prompt(text, false);
+  fit_context(r, ctx, get_int(b, "max_tokens", 0, 1 << 30).value_or(16));
+  if (r.max_tokens == 0) bad("max_tokens", "'max_tokens' must be at least 1");
+  return r;
+}
+
+}  // namespace eg::server

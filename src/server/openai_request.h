@@ -1,0 +1,46 @@
+// OpenAI request bodies -> GenRequest, with strict validation: any malformed field is an
+// ApiError(400) naming the field (param), never an exception of another kind.
+//
+// /v1/chat/completions fields: model, messages (roles system, developer (= system), user,
+// assistant (content and/or tool_calls), tool (tool_call_id, content); content a string, null,
+// or an array of {"type": "text", "text"} parts), stream, stream_options.include_usage,
+// max_tokens / max_completion_tokens, temperature, top_p, seed, stop (string or array),
+// presence_penalty, frequency_penalty, logit_bias, n (1 only), response_format (text, json_object,
+// json_schema), tools, tool_choice; extensions: preset (precise/balanced/creative/code), top_k,
+// min_p, repeat_penalty, repeat_last_n, ignore_eos (generate through end-of-turn). Unknown fields are ignored (as OpenAI-compatible servers
+// do); fields we cannot honour (n > 1, logprobs, images) are 400.
+// /v1/completions: prompt (a string, or an array of one string), the same sampling fields,
+// max_tokens (default 16, as OpenAI), echo false only.
+//
+// Defaults follow OpenAI: temperature 1, top_p 1; a preset replaces those two; explicit fields
+// override the preset. Without max_tokens a chat request may use the whole context.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "engine/loaded_model.h"
+#include "engine/session_prompt.h"
+#include "server/request.h"
+
+namespace eg::server {
+
+/// What parsing needs from the server: the model, its prompt encoder (chat template), the
+/// context size of a slot in tokens, and whether the template renders tools.
+struct RequestContext {
+  const LoadedModel& model;
+  const PromptEncoder& encoder;
+  std::string model_id;
+  int context_tokens = 0;
+  bool template_has_tools = false;
+};
+
+/// Throws ApiError(400) for anything invalid, including a prompt that leaves no room in the
+/// context (code "context_length_exceeded").
+GenRequest parse_chat_request(const nlohmann::ordered_json& body, const RequestContext& ctx);
+GenRequest parse_completion_request(const nlohmann::ordered_json& body, const RequestContext& ctx);
+
+/// Parses a request body (keeping key order: JSON-schema properties are generated in the
+/// client's order); malformed JSON or a non-object is ApiError(400).
+nlohmann::ordered_json parse_body(const std::string& body);
+
+}  // namespace eg::server

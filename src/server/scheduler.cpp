@@ -1,0 +1,455 @@
+// Scheduler: slots, admission with KV reuse, chunked prefill, batched decode (scheduler.h).
+#include "server/scheduler.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+
+#include "core/error.h"
+#include "engine/stop_strings.h"
+#include "grammar/grammar.h"
+#include "kv/prefix_cache.h"
+#include "model/model.h"
+#include "server/tool_call_ids.h"
+#include "tokenizer/tokenizer.h"
+
+namespace eg::server {
+
+namespace {
+using Clock = std::chrono::steady_clock;
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+}  // namespace
+
+struct Scheduler::Slot {
+  enum class Phase { Idle, Prefill, Decode };
+  int index = 0;
+  KVCache kv;
+  ForwardScratch scratch;
+  std::vector<int32_t> cached;  // tokens whose K/V the cache holds
+  Phase phase = Phase::Idle;
+  uint64_t last_used = 0;
+
+  // The running job.
+  std::shared_ptr<Job> job;
+  size_t prefill_pos = 0;  // next prompt index to prefill
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<grammar::Matcher> matcher;
+  std::unique_ptr<StopStringMatcher> stops;
+  std::unique_ptr<StreamingDetokenizer> detok;      // the visible text
+  std::unique_ptr<StreamingDetokenizer> raw_detok;  // tool mode: everything, special tokens included
+  std::vector<int32_t> generated;
+  std::string text, raw_text;
+  bool in_tool_call = false;
+  int32_t next = -1;  // sampled, not yet in the cache
+  int cached_prompt = 0;
+  Clock::time_point t_prefill, t_first, t_last;
+
+  Slot(const ModelConfig& cfg, const KVCacheOptions& o) : kv(cfg, o) {}
+};
+
+Scheduler::Scheduler(std::shared_ptr<const LoadedModel> model, SchedulerOptions opt, Metrics& metrics)
+    : lm_(std::move(model)), opt_(std::move(opt)), metrics_(metrics) {
+  if (opt_.slots < 1) throw Error("--parallel must be at least 1");
+  if (opt_.queue < 0) throw Error("--queue must be >= 0");
+  opt_.kv.max_tokens = opt_.context_tokens;
+  const ModelConfig& cfg = lm_->model().config();
+  for (int i = 0; i < opt_.slots; ++i) {
+    slots_.push_back(std::make_unique<Slot>(cfg, opt_.kv));
+    slots_.back()->index = i;
+  }
+  tool_start_ = tool_call_start_id(lm_->tokenizer());
+  // Generation ends at the model's stop ids, and (Gemma 4) at "<|tool_response>": after a tool
+  // call the model waits for the tool's answer.
+  end_ids_ = lm_->stop_ids();
+  if (const int32_t tr = lm_->tokenizer().token_id("<|tool_response>"); tr >= 0) end_ids_.push_back(tr);
+  vocab_ = grammar::TokenVocab::build(lm_->tokenizer(), end_ids_);
+  if (opt_.prefix_cache_bytes > 0) prefix_ = std::make_unique<PrefixCache>(cfg, opt_.kv, opt_.prefix_cache_bytes);
+  publish_gauges();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() { stop(); }
+
+bool Scheduler::submit(std::shared_ptr<Job> job) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stop_) return false;
+    // Jobs in the system (queued + running) are bounded by slots + queue.
+    if (outstanding_ >= opt_.slots + opt_.queue) return false;
+    ++outstanding_;
+    queue_.push_back(std::move(job));
+  }
+  cv_.notify_all();
+  return true;
+}
+
+void Scheduler::stop() {
+  std::lock_guard<std::mutex> join_lk(join_mu_);  // one joiner at a time
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Scheduler::loop() {
+  if (opt_.threads > 0) omp_set_num_threads(opt_.threads);
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      auto busy = [&] {
+        return std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->phase != Slot::Phase::Idle; });
+      };
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty() || busy(); });
+      if (stop_) break;
+    }
+    try {
+      admit();
+      reap();
+      prefill_step();
+      decode_step();
+    } catch (const std::exception& e) {
+      // A failure inside the engine (out of memory, an invariant): fail the running jobs, keep serving.
+      std::fprintf(stderr, "edgegemma serve: error: %s\n", e.what());
+      for (auto& s : slots_)
+        if (s->job) {
+          JobResult r;
+          r.error_status = 500;
+          r.error_message = std::string("generation failed: ") + e.what();
+          s->job->finish(r);
+          release_job();
+          s->job.reset();
+          s->phase = Slot::Phase::Idle;
+          s->kv.clear();
+          s->cached.clear();
+        }
+    }
+    publish_gauges();
+  }
+  // Shutdown: every job ends.
+  std::deque<std::shared_ptr<Job>> q;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    q.swap(queue_);
+  }
+  for (auto& j : q) {
+    JobResult r;
+    r.error_status = 503;
+    r.error_message = "the server is shutting down";
+    j->finish(r);
+    release_job();
+  }
+  for (auto& s : slots_)
+    if (s->job) finish(*s, "cancelled");
+}
+
+void Scheduler::admit() {
+  for (;;) {
+    std::shared_ptr<Job> job;
+    Slot* best = nullptr;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (queue_.empty()) return;
+      job = queue_.front();
+      if (job->cancel.load()) {  // gone before it started
+        queue_.pop_front();
+        JobResult r;
+        r.finish = "cancelled";
+        r.prompt_tokens = static_cast<int>(job->req.prompt.size());
+        metrics_.count_cancelled();
+        job->finish(r);
+        --outstanding_;  // mu_ is held
+        continue;
+      }
+      size_t best_lcp = 0;
+      for (auto& s : slots_) {
+        if (s->phase != Slot::Phase::Idle) continue;
+        const auto& p = job->req.prompt;
+        size_t l = 0;
+        while (l < s->cached.size() && l < p.size() && s->cached[l] == p[l]) ++l;
+        if (!best || l > best_lcp || (l == best_lcp && s->last_used < best->last_used)) {
+          best = s.get();
+          best_lcp = l;
+        }
+      }
+      if (!best) return;  // every slot busy: the job waits
+      queue_.pop_front();
+    }
+    start_job(*best, std::move(job));
+  }
+}
+
+void Scheduler::start_job(Slot& s, std::shared_ptr<Job> job) {
+  const GenRequest& rq = job->req;
+  const auto& p = rq.prompt;
+  s.job = std::move(job);
+  s.last_used = ++tick_;
+  // Keep the longest common prefix the slot holds (at least one prompt token is prefilled, for
+  // its logits).
+  size_t l = 0;
+  while (l < s.cached.size() && l < p.size() && s.cached[l] == p[l]) ++l;
+  l = std::min(l, p.size() - 1);
+  int kept = s.kv.truncate(static_cast<int>(l));
+  if (prefix_ && prefix_->usable_prefix_length(p, s.kv.options()) > kept) kept = prefix_->load_longest_prefix(p, s.kv);
+  s.cached.assign(p.begin(), p.begin() + kept);
+  s.prefill_pos = static_cast<size_t>(kept);
+  s.cached_prompt = kept;
+  s.phase = Slot::Phase::Prefill;
+  s.t_prefill = Clock::now();
+
+  s.sampler = std::make_unique<Sampler>(rq.sampling);
+  const int n = rq.sampling.repeat_last_n;
+  for (size_t i = p.size() > static_cast<size_t>(n) ? p.size() - n : 0; i < p.size(); ++i) s.sampler->accept(p[i]);
+  s.matcher = rq.grammar ? std::make_unique<grammar::Matcher>(rq.grammar, vocab_) : nullptr;
+  s.stops = std::make_unique<StopStringMatcher>(rq.stop);
+  s.detok = std::make_unique<StreamingDetokenizer>(lm_->tokenizer());
+  s.raw_detok = rq.parse_tools ? std::make_unique<StreamingDetokenizer>(lm_->tokenizer()) : nullptr;
+  s.generated.clear();
+  s.text.clear();
+  s.raw_text.clear();
+  s.in_tool_call = false;
+  s.next = -1;
+}
+
+void Scheduler::reap() {
+  const auto now = Clock::now();
+  // Queued jobs whose client went away or whose deadline passed before they got a slot.
+  std::vector<std::shared_ptr<Job>> dropped;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto it = queue_.begin(); it != queue_.end();) {
+      if ((*it)->cancel.load() || now > (*it)->deadline) {
+        dropped.push_back(*it);
+        it = queue_.erase(it);
+        --outstanding_;
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& j : dropped) {
+    JobResult r;
+    r.prompt_tokens = static_cast<int>(j->req.prompt.size());
+    if (j->cancel.load()) {
+      r.finish = "cancelled";
+      metrics_.count_cancelled();
+    } else {
+      r.error_status = 503;
+      r.error_message = "timed out waiting for a free slot";
+    }
+    j->finish(r);
+  }
+  for (auto& s : slots_) {
+    if (!s->job) continue;
+    if (s->job->cancel.load()) {
+      metrics_.count_cancelled();
+      finish(*s, "cancelled");
+    } else if (now > s->job->deadline) {
+      std::fprintf(stderr, "edgegemma serve: a request reached its timeout; stopping it\n");
+      finish(*s, "length");
+    }
+  }
+}
+
+int32_t Scheduler::pick(Slot& s, float* logits) {
+  const int V = lm_->model().config().vocab_size;
+  for (const auto& [id, bias] : s.job->req.logit_bias) logits[id] += bias;
+  if (s.matcher) {
+    if (s.job->req.sampling.temperature <= 0.0f) {
+      // Greedy (no random draw): the unmasked argmax is the masked argmax whenever the grammar
+      // allows it, so the full mask is computed only when it does not.
+      const int32_t id = s.sampler->sample(logits, V);
+      if (s.matcher->allows(id)) return id;
+    }
+    s.matcher->mask(logits, V);
+  }
+  return s.sampler->sample(logits, V);
+}
+
+void Scheduler::on_token(Slot& s, int32_t id) {
+  const GenRequest& rq = s.job->req;
+  const auto now = Clock::now();
+  if (s.generated.empty()) {
+    s.t_first = now;
+    metrics_.observe_ttft(ms_between(s.job->created, now) / 1000.0);
+  } else {
+    metrics_.observe_token_latency(ms_between(s.t_last, now) / 1000.0);
+  }
+  s.t_last = now;
+  s.generated.push_back(id);
+  s.sampler->accept(id);
+  // Tool call (tool_choice auto): the start token hands decoding to the tool-call grammar.
+  if (!s.matcher && rq.tool_grammar && id == tool_start_) {
+    s.matcher = std::make_unique<grammar::Matcher>(rq.tool_grammar, vocab_);
+  }
+  if (s.matcher) {
+    s.matcher->accept(id);
+    if (s.matcher->ended()) {  // the constrained value is complete (also with ignore_eos)
+      finish(s, "stop");
+      return;
+    }
+  }
+  if (!rq.ignore_eos && std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end()) {
+    finish(s, "stop");
+    return;
+  }
+  if (s.raw_detok) {
+    s.raw_text += s.raw_detok->push(id);
+    if (id == tool_start_) s.in_tool_call = true;
+  }
+  if (!s.in_tool_call) {
+    const std::string piece = s.stops->push(s.detok->push(id));
+    if (!piece.empty()) {
+      s.text += piece;
+      s.job->push_text(piece);
+    }
+    if (s.stops->stopped()) {
+      finish(s, "stop");
+      return;
+    }
+  }
+  if (static_cast<int>(s.generated.size()) >= rq.max_tokens ||
+      s.cached.size() + 1 >= static_cast<size_t>(opt_.context_tokens)) {
+    finish(s, "length");
+    return;
+  }
+  s.next = id;
+  s.phase = Slot::Phase::Decode;
+}
+
+void Scheduler::finish(Slot& s, const char* reason) {
+  JobResult r;
+  r.finish = reason;
+  const bool cancelled = r.finish == "cancelled";
+  if (!s.in_tool_call && !s.stops->stopped() && !cancelled) {  // what the detokenizer / stop matcher hold
+    std::string tail = s.stops->push(s.detok->flush());
+    if (!s.stops->stopped()) tail += s.stops->flush();
+    if (!tail.empty()) {
+      s.text += tail;
+      s.job->push_text(tail);
+    }
+  }
+  r.text = s.text;
+  if (s.raw_detok && !cancelled) {
+    s.raw_text += s.raw_detok->flush();
+    grammar::ParsedToolOutput parsed = grammar::parse_gemma4_tool_calls(s.raw_text);
+    if (!parsed.calls.empty()) {
+      r.tool_calls = nlohmann::json::array();
+      for (const auto& c : parsed.calls) {
+        nlohmann::json tc;
+        tc["id"] = new_tool_call_id();
+        tc["type"] = "function";
+        tc["function"]["name"] = c.name;
+        tc["function"]["arguments"] = c.arguments.dump();
+        r.tool_calls.push_back(std::move(tc));
+      }
+      r.finish = "tool_calls";
+    }
+  }
+  const auto now = Clock::now();
+  r.prompt_tokens = static_cast<int>(s.job->req.prompt.size());
+  r.cached_tokens = s.cached_prompt;
+  r.completion_tokens = static_cast<int>(s.generated.size());
+  r.queue_ms = ms_between(s.job->created, s.t_prefill);
+  if (!s.generated.empty()) {
+    r.prompt_ms = ms_between(s.t_prefill, s.t_first);
+    r.ttft_ms = ms_between(s.job->created, s.t_first);
+    r.decode_ms = ms_between(s.t_first, now);
+  }
+  metrics_.add_tokens(r.prompt_tokens, r.cached_tokens, r.completion_tokens);
+  std::shared_ptr<Job> job = std::move(s.job);
+  s.matcher.reset();
+  s.phase = Slot::Phase::Idle;
+  s.last_used = ++tick_;
+  if (prefix_ && s.kv.n_past() > 0) prefix_->insert(s.cached, s.kv);
+  publish_gauges();  // before the client hears back, so it sees its slot free
+  release_job();
+  job->finish(std::move(r));
+}
+
+bool Scheduler::prefill_step() {
+  // The slot admitted first (lowest last_used) among those prefilling.
+  Slot* s = nullptr;
+  bool decoding = false;
+  for (auto& x : slots_) {
+    if (x->phase == Slot::Phase::Decode) decoding = true;
+    if (x->phase == Slot::Phase::Prefill && (!s || x->last_used < s->last_used)) s = x.get();
+  }
+  if (!s) return false;
+  const auto& p = s->job->req.prompt;
+  const int chunk = decoding ? std::min(64, opt_.prefill_chunk) : opt_.prefill_chunk;
+  const size_t n = std::min(p.size() - s->prefill_pos, static_cast<size_t>(chunk));
+  const bool last = s->prefill_pos + n == p.size();
+  std::vector<float> logits;
+  lm_->model().forward(p.data() + s->prefill_pos, static_cast<int>(n), s->kv, s->scratch,
+                       last ? LogitsMode::Last : LogitsMode::None, logits);
+  s->cached.insert(s->cached.end(), p.begin() + s->prefill_pos, p.begin() + s->prefill_pos + n);
+  s->prefill_pos += n;
+  if (last) {
+    if (prefix_) prefix_->insert(s->cached, s->kv);
+    on_token(*s, pick(*s, logits.data()));
+  }
+  return true;
+}
+
+bool Scheduler::decode_step() {
+  std::vector<Slot*> active;
+  for (auto& x : slots_)
+    if (x->phase == Slot::Phase::Decode) active.push_back(x.get());
+  if (active.empty()) return false;
+  const int V = lm_->model().config().vocab_size;
+  std::vector<float> logits;
+  if (opt_.batched_decode && active.size() > 1) {
+    std::vector<int32_t> tokens;
+    std::vector<KVCache*> kvs;
+    for (Slot* s : active) {
+      tokens.push_back(s->next);
+      kvs.push_back(&s->kv);
+    }
+    lm_->model().forward_batch(tokens.data(), static_cast<int>(active.size()), kvs.data(), active[0]->scratch, logits);
+  } else {
+    logits.resize(active.size() * static_cast<size_t>(V));
+    std::vector<float> row;
+    for (size_t b = 0; b < active.size(); ++b) {
+      lm_->model().forward(&active[b]->next, 1, active[b]->kv, active[b]->scratch, LogitsMode::Last, row);
+      std::copy(row.begin(), row.end(), logits.begin() + static_cast<std::ptrdiff_t>(b * V));
+    }
+  }
+  for (size_t b = 0; b < active.size(); ++b) {
+    Slot& s = *active[b];
+    s.cached.push_back(s.next);
+    on_token(s, pick(s, logits.data() + b * static_cast<size_t>(V)));
+  }
+  return true;
+}
+
+void Scheduler::release_job() {
+  std::lock_guard<std::mutex> lk(mu_);
+  --outstanding_;
+}
+
+void Scheduler::publish_gauges() {
+  Gauges g;
+  g.slots_total = static_cast<int>(slots_.size());
+  for (auto& s : slots_) {
+    if (s->phase != Slot::Phase::Idle) ++g.slots_busy;
+    g.kv_pages_in_use += s->kv.pages_in_use();
+    g.kv_bytes_in_use += static_cast<int64_t>(s->kv.bytes_in_use());
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    g.queue_length = static_cast<int>(queue_.size());
+  }
+  if (prefix_) {
+    g.prefix_cache_bytes = static_cast<int64_t>(prefix_->bytes());
+    g.prefix_cache_blocks = prefix_->blocks();
+  }
+  metrics_.set_gauges(g);
+}
+
+}  // namespace eg::server

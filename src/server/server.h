@@ -1,0 +1,58 @@
+// `edgegemma serve`: an OpenAI-compatible HTTP server on cpp-httplib.
+//
+// Routes: POST /v1/chat/completions, POST /v1/completions (both with SSE streaming), GET
+// /v1/models, GET /v1/models/{id}, GET /health, GET /metrics (Prometheus), POST /tokenize,
+// POST /detokenize, GET / (the web chat page). Request handling: http_routes.cpp; generation:
+// scheduler.h; request/response JSON: openai_request.h / openai_response.h.
+//
+// Safety: binds 127.0.0.1 unless told otherwise; with an API key every route except / and
+// /health needs "Authorization: Bearer KEY" (401 otherwise); request bodies over
+// max_body_bytes are 413; every bad request is a 4xx with an OpenAI error object, never a 5xx.
+// A client that disconnects (streaming or not) cancels its generation within one decode step
+// after the next write (streams write every token; other responses write a keep-alive space
+// every 250 ms, which JSON parsers skip).
+#pragma once
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "server/scheduler.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace eg::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;  // 0: any free port (port() tells which)
+  std::string api_key;  // "" = no authentication
+  std::string model_id;  // the id /v1/models reports and responses echo
+  std::string chat_template;  // "" = the model's
+  size_t max_body_bytes = 1 << 20;
+  double timeout_s = 600;  // per request, queueing included
+  int http_threads = 0;    // 0: slots + queue + 4
+  SchedulerOptions scheduler;
+};
+
+class Server {
+ public:
+  /// Builds the scheduler and the routes (does not listen yet). Throws eg::Error for bad options.
+  Server(std::shared_ptr<const LoadedModel> model, ServerOptions opt);
+  ~Server();
+  /// Binds host:port; throws eg::Error when it cannot. Returns the bound port.
+  int bind();
+  /// Serves until stop() (blocking). bind() first.
+  void listen();
+  /// Stops listening and cancels the running jobs (any thread, also from a signal-watching thread).
+  void stop();
+  int port() const { return port_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int port_ = 0;
+};
+
+}  // namespace eg::server

@@ -1,0 +1,343 @@
+// Constrained decoding (src/grammar/): JSON Schema grammars over the real tiny-gemma3 (8,192)
+// and Gemma 3 (262,144) vocabularies. Every walk's text must parse and validate with the
+// independent validator of grammar_test_util.h; masks must equal brute force.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "grammar/grammar.h"
+#include "grammar_test_util.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+using nlohmann::json;
+using namespace eg::grammar;
+
+struct Vocab {
+  eg::Tokenizer tok;
+  std::shared_ptr<const TokenVocab> v;
+};
+
+std::shared_ptr<const TokenVocab> make_vocab(const eg::Tokenizer& tok) {
+  std::vector<int32_t> ends = {tok.eos_id()};
+  if (tok.token_id("<end_of_turn>") >= 0) ends.push_back(tok.token_id("<end_of_turn>"));
+  return TokenVocab::build(tok, ends);
+}
+
+const Vocab& tiny() {
+  static Vocab* v = [] {
+    auto* p = new Vocab{eg::Tokenizer::load_dir(egtest::shared_dir() + "/models/tiny-gemma3"), nullptr};
+    p->v = make_vocab(p->tok);
+    return p;
+  }();
+  return *v;
+}
+
+const Vocab& big() {
+  static Vocab* v = [] {
+    auto* p = new Vocab{eg::Tokenizer::load_dir(egtest::shared_dir() + "/tokenizers/gemma3"), nullptr};
+    p->v = make_vocab(p->tok);
+    return p;
+  }();
+  return *v;
+}
+
+// The supported keyword list, nested.
+std::vector<json> schemas() {
+  return {
+      json::parse(R"({"type":"string"})"),
+      json::parse(R"({"type":"integer"})"),
+      json::parse(R"({"type":"number"})"),
+      json::parse(R"({"type":"boolean"})"),
+      json::parse(R"({"type":"null"})"),
+      json::parse(R"({})"),
+      json::parse(R"({"type":"object"})"),
+      json::parse(R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}},
+                      "required":["name"],"additionalProperties":false})"),
+      json::parse(R"({"type":"object","properties":{"tags":{"type":"array","items":{"type":"string"},"minItems":1,"maxItems":3},
+                      "meta":{"type":"object","properties":{"ok":{"type":"boolean"},"score":{"type":"number"}},"required":["ok","score"]}},
+                      "required":["tags","meta"],"title":"annotated","description":"ignored"})"),
+      json::parse(R"({"enum":["red","green",1,null,{"a":[1,2]},"say \"hi\""]})"),
+      json::parse(R"({"const":"fixed"})"),
+      json::parse(R"({"type":"array","items":{"enum":[1,12,123,"a","ab",true,12]},"maxItems":5})"),
+      json::parse(R"({"anyOf":[{"type":"string"},{"type":"object","properties":{"x":{"type":"integer"}},"required":["x"],"additionalProperties":false}]})"),
+      json::parse(R"({"type":["string","null"]})"),
+      json::parse(R"({"type":"array","items":{"type":"integer"},"minItems":2,"maxItems":4})"),
+      json::parse(R"({"type":"array","maxItems":0})"),
+      json::parse(R"({"type":"object","additionalProperties":{"type":"integer"}})"),
+      json::parse(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"},"c":{"type":"boolean"}}})"),
+      json::parse(R"({"type":"object","properties":{},"additionalProperties":false})"),
+      json::parse(R"({"type":"string","nullable":true})"),
+      json::parse(R"({"type":"object","required":["anything"]})"),
+      json::parse(R"({"type":"array","items":{"anyOf":[{"type":"object","properties":{"k":{"const":1}},"required":["k"]},
+                      {"type":"object","properties":{"k":{"enum":[2,3]},"v":{"type":"array","items":{"type":"number"}}},"required":["k","v"]}]}})"),
+      json::parse(R"({"type":"object","properties":{"level1":{"type":"object","properties":{"level2":{"type":"object",
+                      "properties":{"level3":{"type":"array","items":{"type":"array","items":{"type":"boolean"},"maxItems":2}}},
+                      "required":["level3"]}},"required":["level2"]}},"required":["level1"]})"),
+  };
+}
+
+bool is_ws_only(const std::string& s) { return s.find_first_not_of(" \t\n\r") == std::string::npos; }
+
+// Walks `g` over `voc`; the text must parse and validate against `schema`; specials never
+// allowed except end ids when complete.
+void walk_and_validate(const Vocab& voc, const std::shared_ptr<const Grammar>& g, const json& schema, uint64_t seed,
+                       bool check_specials) {
+  Matcher m(g, voc.v);
+  const auto& v = *voc.v;
+  std::vector<int32_t> specials;
+  for (int32_t id = 0; id < v.size(); ++id)
+    if (v.is_special(id)) specials.push_back(id);
+  auto w = gtu::random_walk(m, v, seed, 400, [&](Matcher& mm, const std::vector<uint64_t>& bits) {
+    if (!check_specials) return;
+    for (int32_t id : specials)
+      if (gtu::bit(bits, id)) {
+        ASSERT_TRUE(v.is_end(id)) << "special token " << id << " allowed";
+        ASSERT_TRUE(mm.complete()) << "end token allowed before complete";
+      }
+  });
+  ASSERT_TRUE(w.ended) << "walk did not finish; schema " << schema.dump();
+  const std::string text = gtu::walk_text(voc.tok, v, w);
+  std::string bytes;
+  for (int32_t id : w.ids)
+    if (!v.is_end(id)) bytes += v.bytes(id);
+  EXPECT_EQ(text, bytes) << "decode() differs from the token bytes";
+  json parsed;
+  try {
+    parsed = json::parse(text);
+  } catch (const std::exception& e) {
+    FAIL() << "does not parse: " << e.what() << "\ntext: " << text << "\nschema: " << schema.dump();
+  }
+  EXPECT_EQ(gtu::validate(parsed, schema), "") << "text: " << text << "\nschema: " << schema.dump();
+  EXPECT_FALSE(is_ws_only(text));
+  if (std::getenv("EG_GRAMMAR_PRINT")) std::printf("%s\n  -> %s\n", schema.dump().c_str(), text.c_str());
+}
+
+TEST(GrammarVocab, TokenBytesMatchDecode) {
+  for (const Vocab* voc : {&tiny(), &big()}) {
+    const auto& v = *voc->v;
+    int checked = 0;
+    for (int32_t id = 0; id < v.size(); id += (v.size() > 10000 ? 7 : 1)) {
+      if (v.is_special(id)) continue;
+      const std::string d = voc->tok.decode({id});
+      if (d.find("\xEF\xBF\xBD") != std::string::npos) continue;  // a lone byte piece: U+FFFD
+      ASSERT_EQ(d, std::string(v.bytes(id))) << "id " << id;
+      ++checked;
+    }
+    EXPECT_GT(checked, 1000);
+  }
+}
+
+TEST(GrammarWalk, SchemasTinyVocab) {
+  const auto all = schemas();
+  for (size_t k = 0; k < all.size(); ++k) {
+    SCOPED_TRACE(all[k].dump());
+    auto g = json_schema_grammar(all[k]);
+    for (uint64_t seed = 1; seed <= 6; ++seed) walk_and_validate(tiny(), g, all[k], seed * 1000 + k, true);
+  }
+}
+
+TEST(GrammarWalk, JsonObjectTinyVocab) {
+  auto g = json_object_grammar();
+  for (uint64_t seed = 1; seed <= 10; ++seed) walk_and_validate(tiny(), g, json::parse(R"({"type":"object"})"), seed, true);
+}
+
+TEST(GrammarWalk, SchemasGemma3Vocab) {
+  const auto all = schemas();
+  for (size_t k = 0; k < all.size(); ++k) {
+    SCOPED_TRACE(all[k].dump());
+    auto g = json_schema_grammar(all[k]);
+    walk_and_validate(big(), g, all[k], 77 + k, k % 4 == 0);
+  }
+}
+
+// mask() equals brute force (accept on a copy) over the whole 8k vocabulary, on the states
+// of random walks.
+TEST(GrammarMask, ExactVsBruteForceTiny) {
+  const auto all = schemas();
+  const auto& v = *tiny().v;
+  int states = 0;
+  for (size_t k = 0; k < all.size(); ++k) {
+    SCOPED_TRACE(all[k].dump());
+    Matcher m(json_schema_grammar(all[k]), tiny().v);
+    uint64_t step = 0;
+    gtu::random_walk(m, v, 500 + k, 200, [&](Matcher& mm, const std::vector<uint64_t>& bits) {
+      if (step++ % 3 != 0) return;
+      ++states;
+      std::vector<float> logits(static_cast<size_t>(v.size()) + 5, 1.0f);
+      Matcher copy = mm;
+      copy.mask(logits.data(), static_cast<int>(logits.size()));
+      for (int32_t id = 0; id < v.size(); ++id) {
+        Matcher c = mm;
+        bool ok = true;
+        try {
+          c.accept(id);
+        } catch (const eg::Error&) {
+          ok = false;
+        }
+        ASSERT_EQ(gtu::bit(bits, id), ok) << "id " << id << " '" << v.bytes(id) << "'";
+        ASSERT_EQ(std::isinf(logits[static_cast<size_t>(id)]), !ok) << "id " << id;
+      }
+      for (size_t id = static_cast<size_t>(v.size()); id < logits.size(); ++id) ASSERT_TRUE(std::isinf(logits[id]));
+    });
+  }
+  EXPECT_GT(states, 100);
+}
+
+TEST(GrammarMask, ExactVsBruteForceGemma3Sample) {
+  const auto all = schemas();
+  const auto& v = *big().v;
+  std::mt19937_64 rng(5);
+  for (size_t k : {0u, 7u, 8u, 9u, 15u, 20u}) {
+    SCOPED_TRACE(all[k].dump());
+    Matcher m(json_schema_grammar(all[k]), big().v);
+    uint64_t step = 0;
+    gtu::random_walk(m, v, 900 + k, 60, [&](Matcher& mm, const std::vector<uint64_t>& bits) {
+      if (step++ % 5 != 0) return;
+      std::vector<int32_t> ids;
+      for (int n = 0; n < 3000; ++n) ids.push_back(static_cast<int32_t>(rng() % static_cast<uint64_t>(v.size())));
+      for (int32_t id = 0; id < v.size(); ++id)
+        if (gtu::bit(bits, id) && rng() % 20 == 0) ids.push_back(id);
+      for (int32_t id : ids) {
+        Matcher c = mm;
+        bool ok = true;
+        try {
+          c.accept(id);
+        } catch (const eg::Error&) {
+          ok = false;
+        }
+        ASSERT_EQ(gtu::bit(bits, id), ok) << "id " << id << " '" << v.bytes(id) << "'";
+      }
+    });
+  }
+}
+
+TEST(GrammarMask, EndOnlyWhenComplete) {
+  const auto& voc = tiny();
+  Matcher m(json_schema_grammar(json::parse(R"({"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]})")), voc.v);
+  const int32_t eos = voc.tok.eos_id();
+  EXPECT_FALSE(m.allows(eos));
+  EXPECT_THROW(m.accept(eos), eg::Error);
+  for (int32_t id : voc.tok.encode("{\"a\": 12}", false)) {
+    EXPECT_FALSE(m.complete());
+    m.accept(id);
+  }
+  EXPECT_TRUE(m.complete());
+  // Complete and nothing can follow: only the end ids stay.
+  const auto& bits = m.allowed();
+  for (int32_t id = 0; id < voc.v->size(); ++id) EXPECT_EQ(gtu::bit(bits, id), voc.v->is_end(id)) << id;
+  m.accept(eos);
+  EXPECT_TRUE(m.ended());
+  EXPECT_FALSE(m.allows(eos));
+}
+
+TEST(GrammarMask, RejectsInvalidJson) {
+  const auto& voc = tiny();
+  auto g = json_schema_grammar(json::parse(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"string"}},
+                                              "required":["a"],"additionalProperties":false})"));
+  auto accepts = [&](const std::string& text) {
+    Matcher m(g, voc.v);
+    try {
+      for (int32_t id : voc.tok.encode(text, false)) m.accept(id);
+    } catch (const eg::Error&) {
+      return false;
+    }
+    return m.complete();
+  };
+  EXPECT_TRUE(accepts("{\"a\":1}"));
+  EXPECT_TRUE(accepts("{ \"a\" : -0.5e3 , \"b\" : \"x\\u00e9\\n\" }") == false);  // a is an integer
+  EXPECT_TRUE(accepts("{ \"a\" : -5 , \"b\" : \"x\\u00e9\\n caf\xC3\xA9\" }"));
+  EXPECT_FALSE(accepts("{\"b\":\"x\"}"));          // a is required
+  EXPECT_FALSE(accepts("{\"b\":\"x\",\"a\":1}"));  // schema order
+  EXPECT_FALSE(accepts("{\"a\":1,\"c\":2}"));      // additionalProperties false
+  EXPECT_FALSE(accepts("{\"a\":01}"));
+  EXPECT_FALSE(accepts("{\"a\":1,\"b\":\"\\ud800\"}"));  // lone surrogate escape
+  EXPECT_FALSE(accepts("{\"a\":1,\"b\":\"tab\there\"}"));  // raw control char
+  EXPECT_FALSE(accepts("{\"a\":12345678901234567}"));  // > 16 digits
+  EXPECT_FALSE(accepts(std::string("{") + std::string(kMaxWs + 1, ' ') + "\"a\":1}"));
+  EXPECT_TRUE(accepts(std::string("{") + std::string(kMaxWs, ' ') + "\"a\":1}"));
+}
+
+TEST(GrammarMask, EnumValuesThatArePrefixesOfOthers) {
+  const auto& voc = tiny();
+  auto g = json_schema_grammar(json::parse(R"({"enum":[1,12,123,"a"]})"));
+  auto run = [&](const std::string& text) {
+    Matcher m(g, voc.v);
+    try {
+      for (int32_t id : voc.tok.encode(text, false)) m.accept(id);
+    } catch (const eg::Error&) {
+      return -1;
+    }
+    return m.complete() ? 1 : 0;
+  };
+  EXPECT_EQ(run("1"), 1);
+  EXPECT_EQ(run("12"), 1);
+  EXPECT_EQ(run("123"), 1);
+  EXPECT_EQ(run("1234"), -1);
+  EXPECT_EQ(run("13"), -1);
+  EXPECT_EQ(run("\"a\""), 1);
+  EXPECT_EQ(run("\"a"), 0);
+  EXPECT_EQ(run("\"ab\""), -1);
+}
+
+TEST(GrammarSchema, UnsupportedKeywordsAreErrors) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"type":"string","pattern":"^a"})", "pattern"},
+      {R"({"type":"string","format":"date"})", "format"},
+      {R"({"type":"string","minLength":2})", "minLength"},
+      {R"({"type":"string","maxLength":2})", "maxLength"},
+      {R"({"type":"integer","minimum":0})", "minimum"},
+      {R"({"type":"number","maximum":1})", "maximum"},
+      {R"({"type":"number","exclusiveMinimum":1})", "exclusiveMinimum"},
+      {R"({"type":"number","multipleOf":2})", "multipleOf"},
+      {R"({"$ref":"https://example.com/s.json"})", "$ref"},
+      {R"({"$ref":"#/$defs/a","$defs":{"a":{"type":"string"}}})", "$ref"},
+      {R"({"oneOf":[{"type":"string"}]})", "oneOf"},
+      {R"({"allOf":[{"type":"string"}]})", "allOf"},
+      {R"({"not":{"type":"string"}})", "not"},
+      {R"({"type":"object","patternProperties":{"a":{}}})", "patternProperties"},
+      {R"({"type":"object","minProperties":1})", "minProperties"},
+      {R"({"type":"array","uniqueItems":true})", "uniqueItems"},
+      {R"({"type":"array","prefixItems":[{}]})", "prefixItems"},
+      {R"({"type":"array","items":[{"type":"string"}]})", "items"},
+      {R"({"type":"array","contains":{}})", "contains"},
+      {R"({"if":{},"then":{}})", "if"},
+      {R"({"type":"object","properties":{"a":{"type":"string","pattern":"x"}}})", "pattern"},
+      {R"({"type":"date"})", "date"},
+      {R"({"type":"array","minItems":3,"maxItems":1})", "minItems"},
+      {R"({"enum":[]})", "enum"},
+      {R"({"anyOf":[]})", "anyOf"},
+      {R"({"enum":["a"],"minLength":1})", "minLength"},
+      {R"({"type":"integer","enum":["a"]})", "enum"},
+      {R"(false)", "false"},
+      {R"(3)", "must be an object"},
+  };
+  for (const auto& [schema, word] : cases) {
+    try {
+      json_schema_grammar(json::parse(schema));
+      ADD_FAILURE() << "accepted " << schema;
+    } catch (const SchemaError& e) {
+      EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << schema << " -> " << e.what();
+    }
+  }
+}
+
+TEST(GrammarSchema, PropertyOrderOfOrderedJson) {
+  const auto& voc = tiny();
+  const auto s = nlohmann::ordered_json::parse(R"({"type":"object","properties":{"z":{"type":"integer"},"a":{"type":"integer"}},"required":["z","a"]})");
+  Matcher m(json_schema_grammar(s), voc.v);
+  for (int32_t id : voc.tok.encode("{\"z\":1,\"a\":2}", false)) m.accept(id);
+  EXPECT_TRUE(m.complete());
+}
+
+TEST(GrammarMatcher, ToolGrammarNeedsGemma4Tokens) {
+  auto g = gemma4_tool_call_grammar(json::parse(R"([{"type":"function","function":{"name":"f"}}])"));
+  EXPECT_THROW(Matcher(g, tiny().v), eg::Error);
+}
+
+}  // namespace
