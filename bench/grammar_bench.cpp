@@ -12,6 +12,7 @@
 
 #include "engine/loaded_model.h"
 #include "grammar/grammar.h"
+#include "grammar/grammar_impl.h"
 #include "kv/kv_cache.h"
 #include "tokenizer/tokenizer.h"
 
@@ -101,6 +102,44 @@ void BM_MaskEnum100(benchmark::State& st) {
   }
 }
 BENCHMARK(BM_MaskEnum100)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
+
+// Compiling a schema with a maxLength-bounded string (arg: maxLength; one counter node whatever
+// the bound), and the plain-string schema for comparison (arg 0: no bound).
+void BM_CompileMaxLength(benchmark::State& st) {
+  json s = json::parse(R"({"type":"object","properties":{"name":{"type":"string"},"bio":{"type":"string"}},
+                           "required":["name","bio"]})");
+  if (st.range(0) > 0) s["properties"]["bio"]["maxLength"] = st.range(0), s["properties"]["bio"]["minLength"] = 1;
+  size_t nodes = 0;
+  for (auto _ : st) {
+    auto g = json_schema_grammar(s);
+    nodes = g->def().nodes.size();
+    benchmark::DoNotOptimize(g);
+  }
+  st.SetLabel("nodes=" + std::to_string(nodes));
+}
+BENCHMARK(BM_CompileMaxLength)->Arg(0)->Arg(10000)->Arg(1000000)->Unit(benchmark::kMicrosecond);
+
+// Inside a maxLength-bounded string at the 262k vocabulary. Arg: characters already written of a
+// maxLength 10000 string (room >= the longest safe token: the plain-string path) or of a
+// maxLength 40 string (arg 100 + n: n written; room 40 - n < 31 uses the by-length bitsets).
+void BM_MaskBoundedString(benchmark::State& st) {
+  const V& voc = vocab(1);
+  const int64_t a = st.range(0);
+  const int max_len = a >= 100 ? 40 : 10000;
+  const int written = static_cast<int>(a >= 100 ? a - 100 : a);
+  Matcher m(json_schema_grammar(json{{"type", "string"}, {"maxLength", max_len}}), voc.v);
+  for (int32_t id : voc.tok.encode("\"" + std::string(static_cast<size_t>(written), 'a'), false)) m.accept(id);
+  std::vector<float> logits(static_cast<size_t>(voc.v->size()), 0.0f);
+  for (auto _ : st) {
+    m.mask(logits.data(), static_cast<int>(logits.size()));
+    benchmark::DoNotOptimize(logits.data());
+  }
+  int allowed = 0;
+  for (float x : logits) allowed += x == 0.0f;
+  st.SetLabel("maxLength=" + std::to_string(max_len) + " written=" + std::to_string(written) +
+              " allowed=" + std::to_string(allowed));
+}
+BENCHMARK(BM_MaskBoundedString)->Arg(0)->Arg(9000)->Arg(100)->Arg(120)->Arg(139)->Arg(140)->Unit(benchmark::kMicrosecond);
 
 // allows() + accept() of one token: the sample-then-verify path.
 void BM_AllowsAccept(benchmark::State& st) {

@@ -79,6 +79,17 @@ std::vector<json> schemas() {
       json::parse(R"({"type":"object","properties":{"level1":{"type":"object","properties":{"level2":{"type":"object",
                       "properties":{"level3":{"type":"array","items":{"type":"array","items":{"type":"boolean"},"maxItems":2}}},
                       "required":["level3"]}},"required":["level2"]}},"required":["level1"]})"),
+      // 23..: minLength / maxLength (code points)
+      json::parse(R"({"type":"string","minLength":3,"maxLength":8})"),
+      json::parse(R"({"type":"object","properties":{"id":{"type":"string","minLength":1,"maxLength":4},
+                      "note":{"type":["string","null"],"maxLength":12},"tags":{"type":"array",
+                      "items":{"type":"string","maxLength":2},"maxItems":4}},"required":["id","note","tags"]})"),
+      json::parse(R"({"anyOf":[{"type":"string","maxLength":3},{"type":"string","minLength":5,"maxLength":6},{"type":"integer"}]})"),
+      json::parse(R"({"type":"string","minLength":30,"maxLength":40})"),
+      json::parse(R"({"type":"string","maxLength":0})"),
+      json::parse(R"({"minLength":2,"maxLength":5})"),
+      json::parse(R"({"type":"string","enum":["a","abc","abcdef",1],"minLength":2,"maxLength":5})"),
+      json::parse(R"({"type":"string","minLength":2,"nullable":true})"),
   };
 }
 
@@ -193,7 +204,7 @@ TEST(GrammarMask, ExactVsBruteForceGemma3Sample) {
   const auto all = schemas();
   const auto& v = *big().v;
   std::mt19937_64 rng(5);
-  for (size_t k : {0u, 7u, 8u, 9u, 15u, 20u}) {
+  for (size_t k : {0u, 7u, 8u, 9u, 15u, 20u, 23u, 24u, 26u}) {
     SCOPED_TRACE(all[k].dump());
     Matcher m(json_schema_grammar(all[k]), big().v);
     uint64_t step = 0;
@@ -289,8 +300,6 @@ TEST(GrammarSchema, UnsupportedKeywordsAreErrors) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"type":"string","pattern":"^a"})", "pattern"},
       {R"({"type":"string","format":"date"})", "format"},
-      {R"({"type":"string","minLength":2})", "minLength"},
-      {R"({"type":"string","maxLength":2})", "maxLength"},
       {R"({"type":"integer","minimum":0})", "minimum"},
       {R"({"type":"number","maximum":1})", "maximum"},
       {R"({"type":"number","exclusiveMinimum":1})", "exclusiveMinimum"},
@@ -312,7 +321,16 @@ TEST(GrammarSchema, UnsupportedKeywordsAreErrors) {
       {R"({"type":"array","minItems":3,"maxItems":1})", "minItems"},
       {R"({"enum":[]})", "enum"},
       {R"({"anyOf":[]})", "anyOf"},
-      {R"({"enum":["a"],"minLength":1})", "minLength"},
+      {R"({"enum":["a"],"minLength":2})", "minLength"},  // no enum value long enough
+      {R"({"type":"string","minLength":-1})", "minLength"},
+      {R"({"type":"string","maxLength":2.5})", "maxLength"},
+      {R"({"type":"string","maxLength":"3"})", "maxLength"},
+      {R"({"type":"string","minLength":true})", "minLength"},
+      {R"({"type":"string","maxLength":1000001})", "maxLength"},
+      {R"({"type":"string","minLength":5,"maxLength":4})", "minLength"},
+      {R"({"type":"object","properties":{"a":{"type":"string","maxLength":-2}}})", "/properties/a"},
+      {R"({"anyOf":[{"type":"string"}],"maxLength":3})", "maxLength"},
+      {R"({"type":"integer","minLength":-1})", "minLength"},  // validated even where it does not apply
       {R"({"type":"integer","enum":["a"]})", "enum"},
       {R"(false)", "false"},
       {R"(3)", "must be an object"},
@@ -323,6 +341,97 @@ TEST(GrammarSchema, UnsupportedKeywordsAreErrors) {
       ADD_FAILURE() << "accepted " << schema;
     } catch (const SchemaError& e) {
       EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << schema << " -> " << e.what();
+    }
+  }
+}
+
+// minLength / maxLength count Unicode code points of the decoded string: a multi-byte UTF-8
+// character or an escape (\n, \u00e9) is one.
+TEST(GrammarLength, CountsCodePoints) {
+  const auto& voc = tiny();
+  auto run = [&](const std::shared_ptr<const Grammar>& g, const std::string& text) {
+    Matcher m(g, voc.v);
+    try {
+      for (int32_t id : voc.tok.encode(text, false)) m.accept(id);
+    } catch (const eg::Error&) {
+      return -1;  // rejected
+    }
+    return m.complete() ? 1 : 0;  // 0: a valid prefix
+  };
+  auto g = json_schema_grammar(json::parse(R"({"type":"string","minLength":3,"maxLength":4})"));
+  EXPECT_EQ(run(g, "\"ab\""), -1);
+  EXPECT_EQ(run(g, "\"abc\""), 1);
+  EXPECT_EQ(run(g, "\"abcd\""), 1);
+  EXPECT_EQ(run(g, "\"abcde"), -1);
+  EXPECT_EQ(run(g, "\"ab"), 0);
+  EXPECT_EQ(run(g, "\"\xC3\xA9\xC3\xA9\xC3\xA9\""), 1);           // é x3: 6 bytes, 3 characters
+  EXPECT_EQ(run(g, "\"\xF0\x9F\x98\x80\xE2\x82\xAC\xC3\xA9" "a\""), 1);  // 4+3+2+1 bytes, 4 characters
+  EXPECT_EQ(run(g, "\"\xF0\x9F\x98\x80\xE2\x82\xAC\xC3\xA9" "ab\""), -1);
+  EXPECT_EQ(run(g, "\"\\u00e9\\n\\\"\""), 1);                  // \u00e9 \n \" : 3 characters
+  EXPECT_EQ(run(g, "\"\\u00e9\\n\\\"\\/\\t\""), -1);              // 5
+  EXPECT_EQ(run(g, "\"\\u00e9\\n\""), -1);                        // 2
+  auto empty = json_schema_grammar(json::parse(R"({"type":"string","maxLength":0})"));
+  EXPECT_EQ(run(empty, "\"\""), 1);
+  EXPECT_EQ(run(empty, "\"a\""), -1);
+  // Large bounds are one node (a counter), not one node per character.
+  const size_t plain = json_schema_grammar(json::parse(R"({"type":"string"})"))->def().nodes.size();
+  auto big_g = json_schema_grammar(json::parse(R"({"type":"string","minLength":9999,"maxLength":10000})"));
+  EXPECT_LE(big_g->def().nodes.size(), plain + 1);
+  const std::string body(9999, 'x');
+  EXPECT_EQ(run(big_g, "\"" + body.substr(1) + "\""), -1);
+  EXPECT_EQ(run(big_g, "\"" + body + "\""), 1);
+  EXPECT_EQ(run(big_g, "\"" + body + "\\u00e9\""), 1);
+  EXPECT_EQ(run(big_g, "\"" + body + "\\u00e9\\n"), -1);
+  // Keys of free-form objects and unbounded strings are unaffected.
+  auto free_obj = json_schema_grammar(json::parse(R"({"type":"object","additionalProperties":{"type":"string","maxLength":1}})"));
+  EXPECT_EQ(run(free_obj, "{\"a long key\":\"x\"}"), 1);
+  EXPECT_EQ(run(free_obj, "{\"k\":\"xy\"}"), -1);
+  // enum with bounds: values outside them are dropped; the others are generated as they are.
+  auto e = json_schema_grammar(json::parse(R"({"enum":["a","abc",7],"minLength":2})"));
+  EXPECT_EQ(run(e, "\"abc\""), 1);
+  EXPECT_EQ(run(e, "7"), 1);
+  EXPECT_EQ(run(e, "\"a\""), -1);
+}
+
+// At every remaining room 0..40 of a maxLength string, the mask at the 262k vocabulary matches
+// brute force on every token whose length is near the room (the safe-token bitsets by length) and
+// on a random sample.
+TEST(GrammarLength, MaskExactNearTheBoundGemma3) {
+  const auto& voc = big();
+  const auto& v = *voc.v;
+  std::vector<int> len(static_cast<size_t>(v.size()), -1);
+  for (int32_t id = 0; id < v.size(); ++id) {
+    if (v.is_special(id)) continue;
+    int n = 0;
+    for (unsigned char c : v.bytes(id)) n += (c & 0xC0) != 0x80;
+    len[static_cast<size_t>(id)] = n;
+  }
+  for (const char* schema : {R"({"type":"string","minLength":3,"maxLength":40})",
+                             R"({"anyOf":[{"type":"string","maxLength":40},{"type":"string","maxLength":20}]})"}) {
+    SCOPED_TRACE(schema);
+    Matcher m(json_schema_grammar(json::parse(schema)), voc.v);
+    m.accept(voc.tok.token_id("\""));
+    std::mt19937_64 rng(11);
+    const int32_t a = voc.tok.encode("a", false).at(0);
+    for (int used = 0; used <= 40; ++used) {
+      const int room = 40 - used;
+      const std::vector<uint64_t> bits = m.allowed();
+      int checked = 0;
+      for (int32_t id = 0; id < v.size(); ++id) {
+        const int l = len[static_cast<size_t>(id)];
+        if (!(std::abs(l - room) <= 2 || std::abs(l - (20 - used)) <= 1 || rng() % 100 == 0)) continue;
+        Matcher c = m;
+        bool ok = true;
+        try {
+          c.accept(id);
+        } catch (const eg::Error&) {
+          ok = false;
+        }
+        ASSERT_EQ(gtu::bit(bits, id), ok) << "room " << room << " id " << id << " '" << v.bytes(id) << "'";
+        ++checked;
+      }
+      EXPECT_GT(checked, 1000);
+      if (room > 0) m.accept(a);
     }
   }
 }

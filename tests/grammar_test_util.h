@@ -65,6 +65,14 @@ inline std::string validate(const json& v, const json& s, const std::string& pat
       }
     }
   }
+  if (v.is_string() && (s.contains("minLength") || s.contains("maxLength"))) {
+    // Length in Unicode code points (JSON Schema): count UTF-8 lead bytes of the parsed value,
+    // so an escape in the JSON text (\n, \u00e9) is one character.
+    size_t n = 0;
+    for (unsigned char c : v.get<std::string>()) n += (c & 0xC0) != 0x80;
+    if (s.contains("minLength") && n < s["minLength"].get<size_t>()) return path + ": shorter than minLength";
+    if (s.contains("maxLength") && n > s["maxLength"].get<size_t>()) return path + ": longer than maxLength";
+  }
   if (v.is_array()) {
     if (s.contains("minItems") && v.size() < s["minItems"].get<size_t>()) return path + ": too few items";
     if (s.contains("maxItems") && v.size() > s["maxItems"].get<size_t>()) return path + ": too many items";

@@ -86,7 +86,9 @@ eg::KVCache prefill(const eg::Model& m, const std::vector<int32_t>& ids, const e
 int check_request(const eg::Model& m, eg::PrefixCache& pc, const std::vector<int32_t>& ids,
                   const eg::KVCacheOptions& o, const std::string& what) {
   eg::KVCache kv(m.config(), o);
+  const int U = pc.usable_prefix_length(ids, kv.options());  // what the load will return
   const int L = pc.load_longest_prefix(ids, kv);
+  EXPECT_EQ(U, L) << what;
   EXPECT_EQ(kv.n_past(), L);
   EXPECT_EQ(L % o.page_tokens, 0);
   EXPECT_LT(L, static_cast<int>(ids.size()));
@@ -257,6 +259,8 @@ TEST(PrefixCache, EvictsLeastRecentlyUsedLeafBlocks) {
   EXPECT_EQ(pc.bytes(), 5 * bb);
   EXPECT_EQ(pc.stats().evicted_blocks, 1);
   EXPECT_EQ(lookup(X), 32);  // touches X's two blocks: now Y's are the least recently used
+  EXPECT_EQ(pc.usable_prefix_length(concat(Y, {7}), o), 48);  // a query: touches nothing
+  EXPECT_EQ(pc.usable_prefix_length(concat(Y, {7}), kv_options(eg::KVType::F32, 16)), 0);  // other type
   pc.insert(Z, prefill(*m, Z, o));  // 7 blocks: Y's last two go (leaf first, then its parent)
   EXPECT_EQ(pc.blocks(), 5);
   EXPECT_EQ(pc.bytes(), 5 * bb);
@@ -359,6 +363,30 @@ TEST(PrefixCache, NeededAndHeldPageRanges) {
     for (int j = 0; j < 18; ++j)
       EXPECT_EQ(kv.page_data(l, j) != nullptr, j >= held.first && j < held.end) << "layer " << l << " page " << j;
   }
+}
+
+// A loaded prefix also brings the sliding layers' rollback-margin pages that are stored, so a
+// truncate() into the margin right after the load stays exact (no re-prefill).
+TEST(PrefixCache, LoadedCacheTruncatesExactlyIntoTheMargin) {
+  auto m = load("tiny-gemma3");
+  const eg::KVCacheOptions o = kv_options(eg::KVType::F16, 16);
+  eg::PrefixCache pc(m->config(), o, size_t{1} << 30);
+  std::mt19937 rng(12);
+  const auto A = random_ids(rng, 300);
+  pc.insert(A, prefill(*m, A, o));  // sliding pages 9..17 stored
+  eg::KVCache kv(m->config(), o);
+  ASSERT_EQ(pc.load_longest_prefix(concat(A, {5}), kv), 288);
+  // Needed from page (288 - 127) / 16 = 10; page 9 of the margin came along, page 8 was not stored.
+  EXPECT_EQ(kv.first_live_position(0), 9 * 16);
+  EXPECT_EQ(kv.truncate(283), 283);  // needs positions from 156 >= 144
+  const auto B = concat(std::vector<int32_t>(A.begin(), A.begin() + 283), random_ids(rng, 20));
+  const auto with_cache = continue_greedy(*m, B, 283, kv);
+  eg::KVCache fresh(m->config(), o);
+  expect_bit_identical(with_cache, continue_greedy(*m, B, 0, fresh), "after truncate");
+  // Truncating below what the stored pages cover falls back to 0 (re-prefill), as kv_cache.h says.
+  eg::KVCache kv2(m->config(), o);
+  ASSERT_EQ(pc.load_longest_prefix(concat(A, {5}), kv2), 288);
+  EXPECT_EQ(kv2.truncate(260), 0);
 }
 
 TEST(PrefixCache, ThreadSafetySmoke) {

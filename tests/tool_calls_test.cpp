@@ -212,6 +212,69 @@ TEST(ToolCallGrammar, SchemaErrors) {
   }
 }
 
+// minLength / maxLength on tool arguments (the schema compiler is shared): <|"|>...<|"|> bodies
+// are counted in code points; walks parse and validate (the validator checks lengths).
+TEST(ToolCallGrammar, StringLengthBounds) {
+  const json bounded = json::parse(R"([{"type":"function","function":{"name":"note","parameters":{"type":"object",
+      "properties":{"title":{"type":"string","minLength":2,"maxLength":5},"body":{"type":"string","maxLength":30},
+                    "tags":{"type":"array","items":{"type":"string","minLength":1,"maxLength":3},"maxItems":3}},
+      "required":["title","tags"]}}}])");
+  const json& params = bounded[0]["function"]["parameters"];
+  auto g = gemma4_tool_call_grammar(bounded);
+  const auto& voc = g4();
+  int round_trips = 0;
+  for (int seed = 1; seed <= 25; ++seed) {
+    Matcher m(g, voc.v);
+    auto w = gtu::random_walk(m, *voc.v, 7000 + static_cast<uint64_t>(seed), 600, [](Matcher&, const std::vector<uint64_t>&) {});
+    ASSERT_TRUE(w.ended) << "seed " << seed;
+    const std::string text = gtu::walk_text(voc.tok, *voc.v, w);
+    const ParsedToolOutput out = parse_gemma4_tool_calls(text);
+    ASSERT_GE(out.calls.size(), 1u) << text;
+    for (const auto& c : out.calls) EXPECT_EQ(gtu::validate(json::parse(c.arguments.dump()), params), "") << text;
+    ++round_trips;
+  }
+  EXPECT_EQ(round_trips, 25);
+  auto accepts = [&](const std::string& text) {
+    Matcher m(g, voc.v);
+    try {
+      for (int32_t id : voc.tok.encode(text, false)) m.accept(id);
+    } catch (const eg::Error&) {
+      return false;
+    }
+    return m.complete();
+  };
+  const std::string q = "<|\"|>";
+  EXPECT_TRUE(accepts("<|tool_call>call:note{tags:[],title:" + q + "ab" + q + "}<tool_call|>"));
+  EXPECT_TRUE(accepts("<|tool_call>call:note{tags:[" + q + "\xC3\xA9\xC3\xA9\xC3\xA9" + q + "],title:" + q + "a\nb<|" + q + "}<tool_call|>"));
+  EXPECT_FALSE(accepts("<|tool_call>call:note{tags:[],title:" + q + "a" + q + "}<tool_call|>"));
+  EXPECT_FALSE(accepts("<|tool_call>call:note{tags:[],title:" + q + "abcdef" + q + "}<tool_call|>"));
+  EXPECT_FALSE(accepts("<|tool_call>call:note{tags:[" + q + q + "],title:" + q + "ab" + q + "}<tool_call|>"));
+  EXPECT_FALSE(accepts("<|tool_call>call:note{tags:[" + q + "abcd" + q + "],title:" + q + "ab" + q + "}<tool_call|>"));
+  // Mask exactness on this grammar (brute force over the whole tiny-gemma4 vocabulary).
+  Matcher m(g, voc.v);
+  int step = 0;
+  gtu::random_walk(m, *voc.v, 321, 120, [&](Matcher& mm, const std::vector<uint64_t>& bits) {
+    if (step++ % 3 != 0) return;
+    for (int32_t id = 0; id < voc.v->size(); ++id) {
+      Matcher c = mm;
+      bool ok = true;
+      try {
+        c.accept(id);
+      } catch (const eg::Error&) {
+        ok = false;
+      }
+      ASSERT_EQ(gtu::bit(bits, id), ok) << "id " << id << " '" << voc.tok.piece(id) << "'";
+    }
+  });
+  try {
+    gemma4_tool_call_grammar(json::parse(R"([{"type":"function","function":{"name":"a","parameters":{"type":"object",
+        "properties":{"x":{"type":"string","minLength":3,"maxLength":2}}}}}])"));
+    ADD_FAILURE() << "minLength > maxLength accepted";
+  } catch (const SchemaError& e) {
+    EXPECT_NE(std::string(e.what()).find("minLength"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ToolCallParser, WellFormed) {
   const std::string q = "<|\"|>";
   auto out = parse_gemma4_tool_calls("pre <|tool_call>call:f{a:1}<tool_call|> post");

@@ -138,48 +138,83 @@ int32_t Sampler::sample(const float* logits, int n) {
     logits = work_.data();
   }
   if (p_.temperature <= 0.0f) return argmax(logits, n);
-  // Candidates sorted by logit (descending, ties by id) after temperature.
+  // Weights w_i = exp((l_i - max) / T), in double.
+  const float inv_t = 1.0f / p_.temperature;
+  const float mx = logits[argmax(logits, n)] * inv_t;
   cand_.resize(n);
-  for (int i = 0; i < n; ++i) cand_[i] = {logits[i] / p_.temperature, i};
+  for (int i = 0; i < n; ++i) cand_[i] = {logits[i] * inv_t, i};
+  const bool truncate = (p_.top_k > 0 && p_.top_k < n) || p_.top_p < 1.0f || p_.min_p > 0.0f;
+  if (!truncate) {
+    // The full distribution: no order is needed, so draw walking the ids in order (O(V), no sort:
+    // sorting 262k candidates cost ~20 ms per token).
+    prob_.resize(n);
+    double sum = 0.0;
+    for (int i = 0; i < n; ++i) sum += prob_[i] = std::exp(static_cast<double>(cand_[i].first - mx));
+    double r = uniform() * sum;
+    for (int i = 0; i < n; ++i) {
+      r -= prob_[i];
+      if (r < 0.0) return i;
+    }
+    for (int i = n; i-- > 0;)  // rounding left r >= 0: the last id with non-zero weight
+      if (prob_[i] > 0.0) return i;
+    return n - 1;
+  }
+  // Truncation needs candidates in order (descending logit, ties by id), but only as far as the
+  // kept set reaches: the sorted prefix grows on demand (nth_element + sort of the next range).
   auto by_logit = [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
+  size_t sorted = 0;
+  auto ensure_sorted = [&](size_t k) {
+    k = std::min(k, cand_.size());
+    if (k <= sorted) return;
+    if (k < cand_.size())
+      std::nth_element(cand_.begin() + sorted, cand_.begin() + k, cand_.end(), by_logit);
+    std::sort(cand_.begin() + sorted, cand_.begin() + k, by_logit);
+    sorted = k;
+  };
   size_t keep = cand_.size();
+  double total = 0.0;
   if (p_.top_k > 0 && static_cast<size_t>(p_.top_k) < keep) {
     keep = p_.top_k;
-    std::partial_sort(cand_.begin(), cand_.begin() + keep, cand_.end(), by_logit);
+    ensure_sorted(keep);
     cand_.resize(keep);
+    for (size_t i = 0; i < keep; ++i) total += std::exp(static_cast<double>(cand_[i].first - mx));
   } else {
-    std::sort(cand_.begin(), cand_.end(), by_logit);
+    ensure_sorted(64);
+    for (size_t i = 0; i < cand_.size(); ++i) total += std::exp(static_cast<double>(cand_[i].first - mx));
   }
-  // Softmax over the kept candidates (double for the cumulative sums).
-  const float mx = cand_[0].first;
-  std::vector<double> prob(keep);
-  double sum = 0.0;
-  for (size_t i = 0; i < keep; ++i) sum += prob[i] = std::exp(static_cast<double>(cand_[i].first - mx));
-  for (auto& q : prob) q /= sum;
+  // Probabilities of the sorted prefix, computed as it grows.
+  prob_.clear();
+  auto prob_at = [&](size_t i) {
+    while (prob_.size() <= i) {
+      if (prob_.size() >= sorted) ensure_sorted(std::max<size_t>(2 * sorted, 64));
+      prob_.push_back(std::exp(static_cast<double>(cand_[prob_.size()].first - mx)) / total);
+    }
+    return prob_[i];
+  };
   // top-p: smallest prefix whose mass reaches top_p (always at least one token).
   if (p_.top_p < 1.0f) {
     double cum = 0.0;
     size_t k = 0;
     while (k < keep) {
-      cum += prob[k++];
+      cum += prob_at(k++);
       if (cum >= p_.top_p) break;
     }
     keep = k;
   }
   // min-p: drop tokens whose probability is below min_p times the top probability.
   if (p_.min_p > 0.0f) {
-    const double thr = p_.min_p * prob[0];
+    const double thr = p_.min_p * prob_at(0);
     size_t k = 1;
-    while (k < keep && prob[k] >= thr) ++k;
+    while (k < keep && prob_at(k) >= thr) ++k;
     keep = k;
   }
   double mass = 0.0;
-  for (size_t i = 0; i < keep; ++i) mass += prob[i];
+  for (size_t i = 0; i < keep; ++i) mass += prob_at(i);
   double r = uniform() * mass;
   for (size_t i = 0; i < keep; ++i) {
-    r -= prob[i];
+    r -= prob_at(i);
     if (r < 0.0) return cand_[i].second;
   }
   return cand_[keep - 1].second;

@@ -87,6 +87,7 @@ class Sampler {
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;
   std::vector<float> work_;                  // penalised copy of the logits
+  std::vector<double> prob_;                 // weights / probabilities of the current draw
   std::deque<int32_t> hist_;                 // penalty window, oldest first
   std::unordered_map<int32_t, int> counts_;  // id -> occurrences in hist_
 };

@@ -24,7 +24,7 @@ enum class Kind : uint8_t {
   Repeat,   // kids[0] repeated min..max times (max < 0: unbounded)
   Object,   // JSON or tool-format object
   Array,    // items kids[0], min..max items
-  String,   // JSON string / tool-format string (<|"|>...<|"|>)
+  String,   // JSON string / tool-format string (<|"|>...<|"|>); min..max code points (max < 0: unbounded)
   Number,   // JSON / tool-format number; `integer` restricts to integers
   Any,      // any value (of the node's flavor)
   BareKey,  // tool format: an identifier key followed by ':' (free objects)
@@ -51,7 +51,7 @@ struct Node {
   std::vector<Prop> props;  // Object, in emission order
   bool free_obj = false;    // Object: any keys (JSON strings / bare identifiers) ...
   int free_value = -1;      // ... with values of this node
-  int min = 0, max = -1;    // Array items, Repeat count
+  int min = 0, max = -1;    // Array items, Repeat count, String length in code points (minLength/maxLength)
   std::vector<LitTrieNode> lits;  // LitSet: node 0 is the root
 };
 
@@ -78,6 +78,7 @@ constexpr int kMaxBareKey = 64;       // tool-format free-object key length
 constexpr int kMaxStack = 48;         // frames per thread
 constexpr int kMaxAnyNesting = 32;    // Any: containers only while the stack is shallower
 constexpr int kMaxSchemaDepth = 24;   // schema nesting accepted by the compiler
+constexpr int kMaxStringLength = 1000000;  // largest minLength / maxLength accepted
 
 struct Frame {
   int32_t node;
@@ -134,6 +135,10 @@ class Machine {
   /// pending escape, UTF-8 continuation or partial <|"|> text: any "string-safe" token keeps
   /// every thread alive in the same state class (TokenVocab's safe sets).
   bool all_in_clean_string(const ThreadSet& s, bool tool) const;
+  /// For a set where all_in_clean_string holds: the most code points any thread's string may
+  /// still take (maxLength minus the count so far), or INT32_MAX when some thread's string is
+  /// unbounded. A string-safe token of k code points is allowed iff k <= this.
+  int32_t clean_string_room(const ThreadSet& s) const;
 
  private:
   void step(const Stack& s, int c, ThreadSet& out) const;

@@ -1,6 +1,8 @@
 // The grammar stack machine: feeding one symbol (byte or special token) to a set of threads.
 // State encodings per node kind are documented at each case below.
+#include <algorithm>
 #include <cassert>
+#include <cstdint>
 
 #include "grammar/grammar_impl.h"
 
@@ -18,7 +20,8 @@ Frame fresh(int node) { return Frame{node, 0, 0, 0, 0, 0}; }
 Frame& top(Stack& s) { return s.f[s.n - 1]; }
 
 // UTF-8 lead byte: sets the number of continuation bytes and the allowed range of the first one
-// (excludes overlong forms, UTF-16 surrogates and code points above U+10FFFF). False: invalid lead.
+// (excludes overlong forms, UTF-16 surrogates and code points above U+10FFFF), packed in f.i as
+// lo | hi << 8 (f.j is the string's code point count). False: invalid lead.
 bool utf8_lead(int c, Frame& f) {
   int n = 0, lo = 0x80, hi = 0xBF;
   if (c >= 0xC2 && c <= 0xDF) {
@@ -39,18 +42,23 @@ bool utf8_lead(int c, Frame& f) {
     return false;
   }
   f.u = static_cast<uint8_t>(n);
-  f.i = lo;
-  f.j = hi;
+  f.i = lo | (hi << 8);
   return true;
 }
 
 // A continuation byte while f.u > 0. False: invalid.
 bool utf8_cont(int c, Frame& f) {
-  if (c < f.i || c > f.j) return false;
+  if (c < (f.i & 0xFF) || c > (f.i >> 8)) return false;
   --f.u;
-  f.i = 0x80;
-  f.j = 0xBF;
+  f.i = 0x80 | (0xBF << 8);
   return true;
+}
+
+// String length (minLength / maxLength, in code points): f.j counts the code points started so
+// far. Unbounded strings count only up to min (so their threads stay identical and merge).
+bool string_room(const Node& nd, const Frame& f) { return nd.max < 0 || f.j < nd.max; }
+void string_count(const Node& nd, Frame& f) {
+  if (nd.max >= 0 || f.j < nd.min) ++f.j;
 }
 
 bool no_required_from(const Node& nd, int from) {
@@ -136,6 +144,17 @@ bool Machine::all_in_clean_string(const ThreadSet& set, bool tool) const {
     if (nd.kind != Kind::String || nd.tool != tool || f.st != 1 || f.u != 0 || f.w != 0) return false;
   }
   return true;
+}
+
+int32_t Machine::clean_string_room(const ThreadSet& set) const {
+  int32_t room = 0;
+  for (size_t t = 0; t < set.size(); ++t) {
+    const Frame& f = set.frames[set.off[t + 1] - 1];
+    const Node& nd = g_->nodes[static_cast<size_t>(f.node)];
+    if (nd.max < 0) return INT32_MAX;
+    room = std::max(room, nd.max - f.j);
+  }
+  return room;
 }
 
 void Machine::feed(const ThreadSet& in, int c, ThreadSet& out) const {
@@ -301,14 +320,15 @@ void Machine::step(const Stack& s, int c, ThreadSet& out) const {
       return;
     case Kind::String:
       if (nd.tool) {
-        // st 0 before <|"|>; 1 body. u: UTF-8 continuation bytes pending (i..j: range of the
-        // next one); w: length of the prefix of the text `<|"|>` just written (never completed).
+        // st 0 before <|"|>; 1 body. u: UTF-8 continuation bytes pending (i: range of the next
+        // one); w: length of the prefix of the text `<|"|>` just written (never completed);
+        // j: code points so far (string_count).
         if (x.st == 0) {
           if (c == g_->quote_sym) x.st = 1, out.add(t);
           return;
         }
         if (c == g_->quote_sym) {
-          if (x.u == 0) finish(t), out.add(t);
+          if (x.u == 0 && x.j >= nd.min) finish(t), out.add(t);
           return;
         }
         if (c >= 256) return;
@@ -316,11 +336,13 @@ void Machine::step(const Stack& s, int c, ThreadSet& out) const {
           if (utf8_cont(c, x)) x.w = 0, out.add(t);
           return;
         }
+        if (!string_room(nd, x)) return;
         if (c >= 0x80) {
-          if (utf8_lead(c, x)) x.w = 0, out.add(t);
+          if (utf8_lead(c, x)) x.w = 0, string_count(nd, x), out.add(t);
           return;
         }
         if (c < 0x20 && c != '\n' && c != '\t' && c != '\r') return;
+        string_count(nd, x);
         static constexpr char kQuoteText[] = "<|\"|>";
         if (c == kQuoteText[x.w]) {
           if (++x.w == 5) return;
@@ -331,7 +353,8 @@ void Machine::step(const Stack& s, int c, ThreadSet& out) const {
         return;
       }
       // JSON: st 0 before '"'; 1 body; 2 after '\'; 3 first hex digit of \u; 5 second hex digit
-      // after 'D' (0-7: no surrogates); 4 remaining hex digits (w of them).
+      // after 'D' (0-7: no surrogates); 4 remaining hex digits (w of them). j: code points so far
+      // (an escape counts once, at its '\'); u, i: UTF-8 continuation (utf8_lead).
       switch (x.st) {
         case 0:
           if (c == '"') x.st = 1, out.add(t);
@@ -343,14 +366,18 @@ void Machine::step(const Stack& s, int c, ThreadSet& out) const {
             return;
           }
           if (c == '"') {
+            if (x.j < nd.min) return;
             finish(t);
             out.add(t);
-          } else if (c == '\\') {
-            x.st = 2, out.add(t);
+            return;
+          }
+          if (!string_room(nd, x)) return;
+          if (c == '\\') {
+            x.st = 2, string_count(nd, x), out.add(t);
           } else if (c >= 0x80) {
-            if (utf8_lead(c, x)) out.add(t);
+            if (utf8_lead(c, x)) string_count(nd, x), out.add(t);
           } else if (c >= 0x20) {
-            out.add(t);
+            string_count(nd, x), out.add(t);
           }
           return;
         case 2:

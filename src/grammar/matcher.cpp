@@ -1,6 +1,7 @@
 // Matcher: the allowed-token set of a grammar state. Two paths (both exact):
 //  - inside a string (every thread in a clean string-body state): the precomputed bitset of
-//    string-safe tokens (they keep the string open in the same state class), plus a trie walk
+//    string-safe tokens (they keep the string open in the same state class; for a maxLength-
+//    bounded string, those with at most the remaining number of code points), plus a trie walk
 //    over the remaining tokens only;
 //  - elsewhere: a depth-first walk of the vocabulary's byte trie, feeding each byte to the
 //    thread set and pruning a subtree as soon as no thread survives its prefix.
@@ -114,12 +115,13 @@ const std::vector<uint64_t>& Matcher::allowed() {
   if (ended_) return bits_;
   // One thread set per trie depth, sized up front (walk() keeps references into depth_).
   if (depth_.size() < v_->trie_all().max_len + 2) depth_.resize(v_->trie_all().max_len + 2);
-  if (m_.all_in_clean_string(state_, false)) {
-    bits_ = v_->safe_bits(false);
-    walk(v_->trie_rest(false), 0, 0);
-  } else if (m_.all_in_clean_string(state_, true)) {
-    bits_ = v_->safe_bits(true);
-    walk(v_->trie_rest(true), 0, 0);
+  // A string bounded by maxLength takes only the safe tokens that fit in the room left (the
+  // max over threads: a safe token of k code points keeps exactly the threads with room >= k).
+  const int tool = m_.all_in_clean_string(state_, false) ? 0 : m_.all_in_clean_string(state_, true) ? 1 : -1;
+  const std::vector<uint64_t>* safe = tool < 0 ? nullptr : v_->safe_bits_upto(tool == 1, m_.clean_string_room(state_));
+  if (safe != nullptr) {
+    bits_ = *safe;
+    walk(v_->trie_rest(tool == 1), 0, 0);
   } else {
     walk(v_->trie_all(), 0, 0);
   }

@@ -2,7 +2,9 @@
 // The subset and every decision are documented in docs/structured-output.md.
 #include <algorithm>
 #include <cctype>
+#include <cstdint>
 #include <set>
+#include <utility>
 
 #include "grammar/grammar.h"
 #include "grammar/grammar_impl.h"
@@ -25,7 +27,7 @@ const std::set<std::string>& annotation_keywords() {
 const std::set<std::string>& supported_keywords() {
   static const std::set<std::string> k = {"type",  "properties", "required", "additionalProperties",
                                           "items", "minItems",   "maxItems", "enum",
-                                          "const", "anyOf",      "nullable"};
+                                          "const", "anyOf",      "nullable", "minLength", "maxLength"};
   return k;
 }
 
@@ -43,6 +45,30 @@ bool matches_type(const ojson& v, const std::string& type) {
   if (type == "boolean") return v.is_boolean();
   if (type == "null") return v.is_null();
   return false;
+}
+
+// Unicode code points of a UTF-8 string (JSON Schema's string length).
+int64_t code_points(const std::string& s) {
+  int64_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+// minLength / maxLength of `sc` (-1 when absent). Throws SchemaError unless each is an integer in
+// 0..kMaxStringLength and minLength <= maxLength.
+std::pair<int, int> string_bounds(const ojson& sc, const std::string& path) {
+  auto get = [&](const char* kw) -> int {
+    if (!sc.contains(kw)) return -1;
+    const ojson& v = sc[kw];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > kMaxStringLength)
+      throw SchemaError("'" + std::string(kw) + "' at " + path + " must be an integer in 0.." +
+                        std::to_string(kMaxStringLength) + ", not " + v.dump());
+    return static_cast<int>(v.get<int64_t>());
+  };
+  const int lo = get("minLength"), hi = get("maxLength");
+  if (lo >= 0 && hi >= 0 && lo > hi)
+    throw SchemaError("'minLength' " + std::to_string(lo) + " > 'maxLength' " + std::to_string(hi) + " at " + path);
+  return {lo, hi};
 }
 
 class Compiler {
@@ -179,6 +205,7 @@ class Compiler {
       if (!supported_keywords().count(it.key()))
         throw SchemaError("unsupported JSON Schema keyword '" + it.key() + "' at " + path);
     }
+    string_bounds(sc, path);  // validates minLength / maxLength whatever the type
     int node;
     if (sc.contains("enum") || sc.contains("const")) {
       node = compile_enum(sc, tool, path);
@@ -227,6 +254,8 @@ class Compiler {
       types.push_back("object");
     } else if (sc.contains("items") || sc.contains("minItems") || sc.contains("maxItems")) {
       types.push_back("array");
+    } else if (sc.contains("minLength") || sc.contains("maxLength")) {
+      types.push_back("string");
     }
     return types;
   }
@@ -235,7 +264,7 @@ class Compiler {
     const char* kw = sc.contains("const") ? "const" : "enum";
     for (auto it = sc.begin(); it != sc.end(); ++it)
       if (it.key() != "enum" && it.key() != "const" && it.key() != "type" && it.key() != "nullable" &&
-          !annotation_keywords().count(it.key()))
+          it.key() != "minLength" && it.key() != "maxLength" && !annotation_keywords().count(it.key()))
         throw SchemaError("'" + std::string(kw) + "' combined with '" + it.key() + "' at " + path + " is not supported");
     if (sc.contains("const") && sc.contains("enum"))
       throw SchemaError("'const' combined with 'enum' at " + path + " is not supported");
@@ -246,13 +275,20 @@ class Compiler {
       values = sc["enum"];
       if (!values.is_array() || values.empty()) throw SchemaError("'enum' at " + path + " must be a non-empty array");
     }
-    const std::vector<std::string> types = types_of(sc, path);
+    // Only an explicit 'type' filters (minLength alone does not make the enum string-only).
+    const std::vector<std::string> types = sc.contains("type") ? types_of(sc, path) : std::vector<std::string>{};
+    // The values are what is generated; minLength / maxLength only drop string values outside
+    // the bounds (as 'type' drops values of other types), so the output still validates.
+    const auto [min_len, max_len] = string_bounds(sc, path);
     Node set;
     set.kind = Kind::LitSet, set.tool = tool;
     set.lits.emplace_back();
     for (const auto& v : values) {
       if (!types.empty() &&
           std::none_of(types.begin(), types.end(), [&](const std::string& ty) { return matches_type(v, ty); }))
+        continue;
+      if (v.is_string() && ((min_len >= 0 && code_points(v.get<std::string>()) < min_len) ||
+                            (max_len >= 0 && code_points(v.get<std::string>()) > max_len)))
         continue;
       if (tool && v.is_object())
         for (auto it = v.begin(); it != v.end(); ++it) check_tool_key(it.key(), path + "/" + kw);
@@ -272,7 +308,8 @@ class Compiler {
       }
       set.lits[static_cast<size_t>(at)].terminal = true;
     }
-    if (set.lits.size() == 1) throw SchemaError("no '" + std::string(kw) + "' value at " + path + " matches its 'type'");
+    if (set.lits.size() == 1)
+      throw SchemaError("no '" + std::string(kw) + "' value at " + path + " matches its 'type' / 'minLength' / 'maxLength'");
     return add(std::move(set));
   }
 
@@ -281,7 +318,12 @@ class Compiler {
     if (type == "array") return compile_array(sc, tool, path, depth);
     if (type == "string") {
       any(tool);
-      return g_.any[tool ? 1 : 0].str;
+      const auto [lo, hi] = string_bounds(sc, path);
+      if (lo <= 0 && hi < 0) return g_.any[tool ? 1 : 0].str;
+      // Bounded: one node whose frame counts code points (machine.cpp), O(1) in the bounds.
+      Node n;
+      n.kind = Kind::String, n.tool = tool, n.min = std::max(lo, 0), n.max = hi;
+      return add(n);
     }
     if (type == "number" || type == "integer") {
       Node n;

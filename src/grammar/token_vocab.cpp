@@ -72,6 +72,32 @@ bool tool_safe(std::string_view s) {
   return complete_utf8(s);
 }
 
+int32_t code_points(std::string_view s) {
+  int32_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+// by_len[r]: the ids of `safe` (a bitset) with <= r code points, r < min(max_len, cap).
+void build_upto(const TokenVocab& v, const std::vector<uint64_t>& safe, int32_t& max_len,
+                std::vector<std::vector<uint64_t>>& by_len) {
+  const int32_t n = v.size();
+  max_len = 0;
+  std::vector<int32_t> len(static_cast<size_t>(n), 0);
+  for (int32_t id = 0; id < n; ++id)
+    if ((safe[static_cast<size_t>(id / 64)] >> (id % 64)) & 1) {
+      len[static_cast<size_t>(id)] = code_points(v.bytes(id));
+      max_len = std::max(max_len, len[static_cast<size_t>(id)]);
+    }
+  const int32_t levels = std::min(max_len, TokenVocab::kSafeByLengthCap);
+  by_len.assign(static_cast<size_t>(levels), std::vector<uint64_t>(safe.size(), 0));
+  for (int32_t id = 0; id < n; ++id) {
+    if (!((safe[static_cast<size_t>(id / 64)] >> (id % 64)) & 1)) continue;
+    for (int32_t r = len[static_cast<size_t>(id)]; r < levels; ++r)
+      by_len[static_cast<size_t>(r)][static_cast<size_t>(id / 64)] |= uint64_t{1} << (id % 64);
+  }
+}
+
 void build_trie(const TokenVocab& v, std::vector<int32_t> ids, TokenTrie& tr) {
   std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
     const auto x = v.bytes(a), y = v.bytes(b);
@@ -108,6 +134,13 @@ void build_trie(const TokenVocab& v, std::vector<int32_t> ids, TokenTrie& tr) {
 }
 
 }  // namespace
+
+const std::vector<uint64_t>* TokenVocab::safe_bits_upto(bool tool, int32_t room) const {
+  if (room >= safe_max_chars(tool)) return &safe_bits(tool);
+  const auto& by_len = tool ? safe_upto_tool_ : safe_upto_json_;
+  if (room >= 0 && static_cast<size_t>(room) < by_len.size()) return &by_len[static_cast<size_t>(room)];
+  return nullptr;
+}
 
 bool TokenVocab::is_end(int32_t id) const {
   return std::find(end_ids_.begin(), end_ids_.end(), id) != end_ids_.end();
@@ -153,6 +186,8 @@ std::shared_ptr<const TokenVocab> TokenVocab::build(const Tokenizer& tok, std::v
     if (tool_safe(b)) v->safe_tool_[static_cast<size_t>(id / 64)] |= bit;
     else rest_tool.push_back(id);
   }
+  build_upto(*v, v->safe_json_, v->safe_max_json_, v->safe_upto_json_);
+  build_upto(*v, v->safe_tool_, v->safe_max_tool_, v->safe_upto_tool_);
   build_trie(*v, all, v->all_);
   build_trie(*v, rest_json, v->rest_json_);
   build_trie(*v, rest_tool, v->rest_tool_);

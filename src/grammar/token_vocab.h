@@ -54,6 +54,14 @@ class TokenVocab {
   /// Bitset (64 ids per word) of string-safe tokens: non-special, valid complete UTF-8, and
   /// JSON: no '"', '\\' or control byte; tool format: no '<' and no control byte but \t \n \r.
   const std::vector<uint64_t>& safe_bits(bool tool) const { return tool ? safe_tool_ : safe_json_; }
+  /// The string-safe tokens of at most `room` Unicode code points (for strings bounded by
+  /// maxLength): safe_bits(tool) itself when room >= every safe token's length; a precomputed
+  /// bitset when room < kSafeByLengthCap; nullptr otherwise (the caller walks the whole trie).
+  /// room must be >= 0.
+  const std::vector<uint64_t>* safe_bits_upto(bool tool, int32_t room) const;
+  /// Code points of the longest string-safe token (Gemma 3, 262k: 31).
+  int32_t safe_max_chars(bool tool) const { return tool ? safe_max_tool_ : safe_max_json_; }
+  static constexpr int32_t kSafeByLengthCap = 64;
 
  private:
   std::string data_;
@@ -63,6 +71,9 @@ class TokenVocab {
   std::vector<int32_t> end_ids_;
   TokenTrie all_, rest_json_, rest_tool_;
   std::vector<uint64_t> safe_json_, safe_tool_;
+  // [r]: safe tokens of <= r code points, for r < min(safe_max_chars, kSafeByLengthCap).
+  std::vector<std::vector<uint64_t>> safe_upto_json_, safe_upto_tool_;
+  int32_t safe_max_json_ = 0, safe_max_tool_ = 0;
 };
 
 }  // namespace eg::grammar

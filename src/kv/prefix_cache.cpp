@@ -143,37 +143,53 @@ void PrefixCache::insert(const std::vector<int32_t>& tokens, const KVCache& kv) 
   evict_to_limit();
 }
 
-int PrefixCache::load_longest_prefix(const std::vector<int32_t>& tokens, KVCache& kv) {
-  std::lock_guard<std::mutex> lock(mu_);
-  check_kv(kv, "lookup");
-  ++stats_.lookups;
+int PrefixCache::longest_usable(const std::vector<int32_t>& tokens, const KVCacheOptions& kv_opt,
+                                std::vector<Block*>& path) const {
+  path.clear();
+  if (max_bytes_ == 0) return 0;
   const int P = opt_.page_tokens;
-  std::vector<Block*> path;
-  if (max_bytes_ > 0) {
-    uint64_t parent = 0;
-    for (size_t i = 0; (i + 1) * P < tokens.size() && (i + 1) * P <= static_cast<size_t>(kv.max_tokens()); ++i) {
-      Block* b = find_child(parent, tokens.data() + i * P);
-      if (!b) break;
-      path.push_back(b);
-      parent = b->id;
-    }
+  uint64_t parent = 0;
+  for (size_t i = 0; (i + 1) * P < tokens.size() && (i + 1) * P <= static_cast<size_t>(kv_opt.max_tokens); ++i) {
+    Block* b = find_child(parent, tokens.data() + i * P);
+    if (!b) break;
+    path.push_back(b);
+    parent = b->id;
   }
   for (int k = static_cast<int>(path.size()); k >= 1; --k) {
     const int L = k * P;
     bool usable = true;
     for (int l = 0; l < cfg_.n_layers && usable; ++l) {
-      const KVPageRange r = kv_pages_needed(cfg_, l, L, kv.options());
+      const KVPageRange r = kv_pages_needed(cfg_, l, L, kv_opt);
       for (int j = r.first; j < r.end && usable; ++j) usable = path[j]->pages[l] != nullptr;
     }
-    if (!usable) continue;
-    kv.import_pages(L, [&](int layer, int page) -> const uint8_t* { return path[page]->pages[layer].get(); });
-    ++tick_;
-    for (int j = 0; j < k; ++j) touch(*path[j]);
-    stats_.hit_tokens += L;
-    return L;
+    if (usable) return L;
   }
-  kv.clear();
   return 0;
+}
+
+int PrefixCache::load_longest_prefix(const std::vector<int32_t>& tokens, KVCache& kv) {
+  std::lock_guard<std::mutex> lock(mu_);
+  check_kv(kv, "lookup");
+  ++stats_.lookups;
+  std::vector<Block*> path;
+  const int L = longest_usable(tokens, kv.options(), path);
+  if (L == 0) {
+    kv.clear();
+    return 0;
+  }
+  const int k = L / opt_.page_tokens;
+  kv.import_pages(L, [&](int layer, int page) -> const uint8_t* { return path[page]->pages[layer].get(); });
+  ++tick_;
+  for (int j = 0; j < k; ++j) touch(*path[j]);
+  stats_.hit_tokens += L;
+  return L;
+}
+
+int PrefixCache::usable_prefix_length(const std::vector<int32_t>& tokens, const KVCacheOptions& kv_opt) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (kv_opt.type != opt_.type || kv_opt.page_tokens != opt_.page_tokens) return 0;  // load would refuse
+  std::vector<Block*> path;
+  return longest_usable(tokens, kv_opt, path);
 }
 
 size_t PrefixCache::bytes() const {
@@ -189,30 +205,6 @@ int64_t PrefixCache::blocks() const {
 PrefixCache::Stats PrefixCache::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
-}
-
-int PrefixCache::usable_prefix_length(const std::vector<int32_t>& tokens, const KVCacheOptions& kv_opt) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (max_bytes_ == 0) return 0;
-  const int P = opt_.page_tokens;
-  std::vector<const Block*> path;
-  uint64_t parent = 0;
-  for (size_t i = 0; (i + 1) * P < tokens.size() && (i + 1) * P <= static_cast<size_t>(kv_opt.max_tokens); ++i) {
-    const Block* b = find_child(parent, tokens.data() + i * P);
-    if (!b) break;
-    path.push_back(b);
-    parent = b->id;
-  }
-  for (int k = static_cast<int>(path.size()); k >= 1; --k) {
-    const int L = k * P;
-    bool usable = true;
-    for (int l = 0; l < cfg_.n_layers && usable; ++l) {
-      const KVPageRange r = kv_pages_needed(cfg_, l, L, kv_opt);
-      for (int j = r.first; j < r.end && usable; ++j) usable = path[j]->pages[l] != nullptr;
-    }
-    if (usable) return L;
-  }
-  return 0;
 }
 
 }  // namespace eg

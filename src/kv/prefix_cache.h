@@ -77,8 +77,9 @@ class PrefixCache {
   int load_longest_prefix(const std::vector<int32_t>& tokens, KVCache& kv);
 
   /// The length load_longest_prefix(tokens, kv) would return for a cache with options kv_opt,
-  /// without loading anything or touching the LRU order (the scheduler compares it with what a
-  /// slot already holds before giving up the slot's own KV).
+  /// without loading anything or touching the LRU order or the stats (the scheduler compares it
+  /// with what a slot already holds before giving up the slot's own KV). 0 when kv_opt's type or
+  /// page size differ from this cache's (a load would throw).
   int usable_prefix_length(const std::vector<int32_t>& tokens, const KVCacheOptions& kv_opt) const;
 
   /// Bytes of page data stored (the sum of page_bytes of every stored page).
@@ -99,6 +100,8 @@ class PrefixCache {
   struct Block;
   void check_kv(const KVCache& kv, const char* what) const;
   Block* find_child(uint64_t parent, const int32_t* toks) const;
+  // The longest usable stored prefix of tokens for a cache with kv_opt (0: none); path = its blocks.
+  int longest_usable(const std::vector<int32_t>& tokens, const KVCacheOptions& kv_opt, std::vector<Block*>& path) const;
   void evict_to_limit();
   void remove_block(uint64_t id);
   void touch(Block& b);

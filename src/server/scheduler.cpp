@@ -390,10 +390,10 @@ bool Scheduler::prefill_step() {
                        last ? LogitsMode::Last : LogitsMode::None, logits);
   s->cached.insert(s->cached.end(), p.begin() + s->prefill_pos, p.begin() + s->prefill_pos + n);
   s->prefill_pos += n;
-  if (last) {
-    if (prefix_) prefix_->insert(s->cached, s->kv);
-    on_token(*s, pick(*s, logits.data()));
-  }
+  // Store the new full blocks after every chunk: sliding-window layers recycle their early pages
+  // as a long prompt goes on, and a stored block is usable only with its in-window pages.
+  if (prefix_) prefix_->insert(s->cached, s->kv);
+  if (last) on_token(*s, pick(*s, logits.data()));
   return true;
 }
 
