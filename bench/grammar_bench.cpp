@@ -121,12 +121,12 @@ BENCHMARK(BM_CompileMaxLength)->Arg(0)->Arg(10000)->Arg(1000000)->Unit(benchmark
 
 // Inside a maxLength-bounded string at the 262k vocabulary. Arg: characters already written of a
 // maxLength 10000 string (room >= the longest safe token: the plain-string path) or of a
-// maxLength 40 string (arg 100 + n: n written; room 40 - n < 31 uses the by-length bitsets).
+// maxLength 40 string (arg 100000 + n: n written; room 40 - n < 31 uses the by-length bitsets).
 void BM_MaskBoundedString(benchmark::State& st) {
   const V& voc = vocab(1);
   const int64_t a = st.range(0);
-  const int max_len = a >= 100 ? 40 : 10000;
-  const int written = static_cast<int>(a >= 100 ? a - 100 : a);
+  const int max_len = a >= 100000 ? 40 : 10000;
+  const int written = static_cast<int>(a >= 100000 ? a - 100000 : a);
   Matcher m(json_schema_grammar(json{{"type", "string"}, {"maxLength", max_len}}), voc.v);
   for (int32_t id : voc.tok.encode("\"" + std::string(static_cast<size_t>(written), 'a'), false)) m.accept(id);
   std::vector<float> logits(static_cast<size_t>(voc.v->size()), 0.0f);
@@ -139,7 +139,7 @@ void BM_MaskBoundedString(benchmark::State& st) {
   st.SetLabel("maxLength=" + std::to_string(max_len) + " written=" + std::to_string(written) +
               " allowed=" + std::to_string(allowed));
 }
-BENCHMARK(BM_MaskBoundedString)->Arg(0)->Arg(9000)->Arg(100)->Arg(120)->Arg(139)->Arg(140)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_MaskBoundedString)->Arg(0)->Arg(9000)->Arg(100000)->Arg(100020)->Arg(100039)->Arg(100040)->Unit(benchmark::kMicrosecond);
 
 // allows() + accept() of one token: the sample-then-verify path.
 void BM_AllowsAccept(benchmark::State& st) {
@@ -161,7 +161,9 @@ void BM_BuildVocab262k(benchmark::State& st) {
   size_t safe = 0;
   for (uint64_t w : voc.v->safe_bits(false)) safe += static_cast<size_t>(__builtin_popcountll(w));
   st.SetLabel("json-safe tokens=" + std::to_string(safe) + " rest=" + std::to_string(voc.v->trie_rest(false).ids.size()) +
-              " trie nodes=" + std::to_string(voc.v->trie_all().nodes.size()));
+              " trie nodes=" + std::to_string(voc.v->trie_all().nodes.size()) +
+              " longest safe json/tool (code points)=" + std::to_string(voc.v->safe_max_chars(false)) + "/" +
+              std::to_string(voc.v->safe_max_chars(true)));
 }
 BENCHMARK(BM_BuildVocab262k)->Unit(benchmark::kMillisecond)->Iterations(3);
 
