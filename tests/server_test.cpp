@@ -286,3 +286,20 @@ TEST(Server, LogitBias) {
   plain["logit_bias"] = {{std::to_string(ids[0]), -100}};
   EXPECT_NE(s.post("/v1/completions", plain).second["choices"][0]["text"], first);
 }
+
+// A request's own timeout stops a long generation (finish_reason "length") and frees the slot.
+TEST(Server, RequestTimeout) {
+  TestServer s(tiny("tiny-gemma3"), opts(1));
+  json b = chat_body("Tell me a very long story.", 100000);
+  b["ignore_eos"] = true;
+  b["timeout"] = 0.3;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto [st, r] = s.post("/v1/chat/completions", b);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_EQ(st, 200) << r.dump();
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  // Stopped by the timeout, not by the context (1024 tokens; ~250 tokens fit in 0.3 s here).
+  EXPECT_LT(r["usage"]["completion_tokens"].get<int>(), 1024 - r["usage"]["prompt_tokens"].get<int>());
+  EXPECT_LT(secs, 60.0);
+  EXPECT_EQ(s.post("/v1/chat/completions", chat_body("Hi", 2)).first, 200);
+}

@@ -183,7 +183,8 @@ struct Server::Impl {
 
   void generate(GenRequest rq, httplib::Response& res) {
     build_constraints(rq, lm->tokenizer());
-    auto job = std::make_shared<Job>(std::move(rq), opt.timeout_s);
+    const double timeout = rq.timeout_s > 0 ? std::min(rq.timeout_s, opt.timeout_s) : opt.timeout_s;
+    auto job = std::make_shared<Job>(std::move(rq), timeout);
     if (!scheduler->submit(job))
       throw ApiError(429, "the server is busy: every slot is in use and the queue is full; retry later", "",
                      "queue_full");

@@ -79,6 +79,7 @@ void parse_common(const json& b, const RequestContext& ctx, GenRequest& r) {
   r.model = get_string(b, "model", ctx.model_id);
   r.stream = get_bool(b, "stream", false);
   r.ignore_eos = get_bool(b, "ignore_eos", false);
+  if (auto t = get_number(b, "timeout", 0.001, 1e7)) r.timeout_s = *t;
   if (const json* so = field(b, "stream_options")) {
     if (!so->is_object()) bad("stream_options", "'stream_options' must be an object");
     r.include_usage = get_bool(*so, "include_usage", false);

@@ -31,6 +31,9 @@ struct GenRequest {
   SamplingParams sampling;
   std::vector<std::string> stop;  // stop strings (never part of the output)
   bool ignore_eos = false;
+  /// Extension: seconds this request may take (queueing included), at most the server's
+  /// --timeout; 0 = the server's.
+  double timeout_s = 0;
   /// OpenAI logit_bias: added to the logits of these token ids before sampling (-100 bans, +100
   /// forces in practice).
   std::vector<std::pair<int32_t, float>> logit_bias;        // extension: keep generating through end-of-turn / eos ids
