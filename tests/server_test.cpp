@@ -289,7 +289,9 @@ TEST(Server, LogitBias) {
 
 // A request's own timeout stops a long generation (finish_reason "length") and frees the slot.
 TEST(Server, RequestTimeout) {
-  TestServer s(tiny("tiny-gemma3"), opts(1));
+  eg::server::ServerOptions o = opts(1);
+  o.scheduler.context_tokens = 4096;
+  TestServer s(tiny("tiny-gemma3"), o);
   json b = chat_body("Tell me a very long story.", 100000);
   b["ignore_eos"] = true;
   b["timeout"] = 0.3;
@@ -298,8 +300,8 @@ TEST(Server, RequestTimeout) {
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ASSERT_EQ(st, 200) << r.dump();
   EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
-  // Stopped by the timeout, not by the context (1024 tokens; ~250 tokens fit in 0.3 s here).
-  EXPECT_LT(r["usage"]["completion_tokens"].get<int>(), 1024 - r["usage"]["prompt_tokens"].get<int>());
+  // Stopped by the timeout, not by the context (4096 tokens; ~250 tokens fit in 0.3 s here).
+  EXPECT_LT(r["usage"]["completion_tokens"].get<int>(), 4096 - r["usage"]["prompt_tokens"].get<int>());
   EXPECT_LT(secs, 60.0);
   EXPECT_EQ(s.post("/v1/chat/completions", chat_body("Hi", 2)).first, 200);
 }
