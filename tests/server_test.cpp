@@ -305,3 +305,30 @@ TEST(Server, RequestTimeout) {
   EXPECT_LT(secs, 60.0);
   EXPECT_EQ(s.post("/v1/chat/completions", chat_body("Hi", 2)).first, 200);
 }
+
+// Shutting down with a request running ends it cleanly: the stream gets its last chunk
+// (finish_reason "length") and [DONE], a non-streamed request its JSON body.
+TEST(Server, ShutdownEndsRunningRequestsCleanly) {
+  TestServer s(tiny("tiny-gemma3"), opts(2));
+  json b = chat_body("Tell me a very long story.", 3000);
+  b["ignore_eos"] = true;
+  auto plain = std::async(std::launch::async, [&] { return s.post("/v1/chat/completions", b); });
+  json sb = b;
+  sb["stream"] = true;
+  auto streamed = std::async(std::launch::async, [&] { return s.stream("/v1/chat/completions", sb); });
+  for (int i = 0; i < 400 && s.metric("edgegemma_generated_tokens_total") < 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 400 && s.metric("edgegemma_slots_busy") < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  s.stop();
+  const auto ev = streamed.get();
+  ASSERT_GE(ev.size(), 3u);
+  EXPECT_EQ(ev.back(), "[DONE]");
+  EXPECT_EQ(ev[ev.size() - 2]["choices"][0]["finish_reason"], "length");
+  auto [st, r] = plain.get();
+  EXPECT_EQ(st, 200);
+  ASSERT_TRUE(r.is_object()) << r;
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  EXPECT_FALSE(content_of(r).empty());
+}

@@ -33,7 +33,12 @@ TestServer::TestServer(const std::string& model_path, eg::server::ServerOptions 
 
 TestServer::~TestServer() {
   srv_->stop();
-  th_.join();
+  if (th_.joinable()) th_.join();
+}
+
+void TestServer::stop() {
+  srv_->stop();
+  if (th_.joinable()) th_.join();
 }
 
 httplib::Client TestServer::client(int timeout_s) const {

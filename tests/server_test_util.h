@@ -20,6 +20,8 @@ class TestServer {
  public:
   TestServer(const std::string& model_path, eg::server::ServerOptions o);
   ~TestServer();
+  /// Stops the server (as SIGTERM does in `serve`); the destructor then only joins.
+  void stop();
   int port() const { return port_; }
   httplib::Client client(int timeout_s = 120) const;
   /// POST JSON; returns (status, parsed body or the raw body as a string).

@@ -185,6 +185,7 @@ struct Server::Impl {
     build_constraints(rq, lm->tokenizer());
     const double timeout = rq.timeout_s > 0 ? std::min(rq.timeout_s, opt.timeout_s) : opt.timeout_s;
     auto job = std::make_shared<Job>(std::move(rq), timeout);
+    if (scheduler->stopping()) throw ApiError(503, "the server is shutting down");
     if (!scheduler->submit(job))
       throw ApiError(429, "the server is busy: every slot is in use and the queue is full; retry later", "",
                      "queue_full");
@@ -289,9 +290,11 @@ void Server::listen() { impl_->http.listen_after_bind(); }
 
 void Server::stop() {
   // Any thread, any number of times (a signal watcher and the main thread may both call it).
+  // The scheduler first: every running request ends (finish_reason "length") and its handler
+  // writes the final chunk / body and [DONE]; then the listener and idle connections close.
   std::lock_guard<std::mutex> lk(impl_->stop_mu);
-  impl_->http.stop();
   impl_->scheduler->stop();
+  impl_->http.stop();
 }
 
 }  // namespace eg::server

@@ -2,6 +2,7 @@
 #include "server/openai_request.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 
@@ -16,6 +17,12 @@ using json = nlohmann::ordered_json;
 namespace {
 
 [[noreturn]] void bad(const std::string& param, const std::string& msg) { throw ApiError(400, msg, param); }
+
+std::string num(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", v);
+  return b;
+}
 
 std::string type_name(const json& v) {
   switch (v.type()) {
@@ -40,7 +47,7 @@ std::optional<double> get_number(const json& o, const char* key, double lo, doub
   if (!v->is_number()) bad(key, std::string("'") + key + "' must be a number, got " + type_name(*v));
   const double d = v->get<double>();
   if (!std::isfinite(d) || d < lo || d > hi)
-    bad(key, std::string("'") + key + "' must be between " + std::to_string(lo) + " and " + std::to_string(hi));
+    bad(key, std::string("'") + key + "' must be between " + num(lo) + " and " + num(hi));
   return d;
 }
 
@@ -87,6 +94,12 @@ void parse_common(const json& b, const RequestContext& ctx, GenRequest& r) {
   if (auto n = get_int(b, "n", 1, 128); n && *n != 1) bad("n", "only n = 1 is supported");
   if (get_bool(b, "logprobs", false)) bad("logprobs", "logprobs are not supported");
   if (field(b, "top_logprobs")) bad("top_logprobs", "logprobs are not supported");
+  if (field(b, "audio")) bad("audio", "audio output is not supported");
+  if (const json* m = field(b, "modalities")) {
+    if (!m->is_array()) bad("modalities", "'modalities' must be an array");
+    for (const json& x : *m)
+      if (x != "text") bad("modalities", "only the text modality is supported");
+  }
 
   SamplingOverrides o;
   o.temperature = 1.0f;  // OpenAI's default; a preset replaces it unless given explicitly

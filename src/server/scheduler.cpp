@@ -145,7 +145,7 @@ void Scheduler::loop() {
     release_job();
   }
   for (auto& s : slots_)
-    if (s->job) finish(*s, "cancelled");
+    if (s->job) finish(*s, "length");  // cut short by the shutdown: the client gets what there is
 }
 
 void Scheduler::admit() {

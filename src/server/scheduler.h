@@ -62,7 +62,13 @@ class Scheduler {
 
   /// Queues a job; false when the queue is full (the caller answers 429).
   bool submit(std::shared_ptr<Job> job);
-  /// Cancels every job and joins the compute thread. Any thread, any number of times.
+  /// True once stop() was called.
+  bool stopping() {
+    std::lock_guard<std::mutex> lk(mu_);
+    return stop_;
+  }
+  /// Ends every job (queued: 503; running: finish_reason "length", the text so far) and joins the
+  /// compute thread. Any thread, any number of times.
   void stop();
   const SchedulerOptions& options() const { return opt_; }
   std::shared_ptr<const grammar::TokenVocab> vocab() const { return vocab_; }

@@ -2,8 +2,8 @@
 // (shared/templates/google-gemma-4-31B-it.jinja): tool_choice "required" / named forces a call
 // whose arguments validate against the function's parameters; the tool result goes back as a
 // {role: "tool"} message and the conversation continues.
-// Argument strings are enums: the server cannot bound a free string (no maxLength), and the tiny
-// model rambles inside one until max_tokens (finish_reason "length", no call).
+// Argument strings are enums: an unbounded free string lets the tiny model ramble until max_tokens
+// (finish_reason "length", no call); maxLength bounds one (tested in tests/server_structured_test.cpp).
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, shared } from './server.mjs';
