@@ -78,6 +78,8 @@ TEST(ServerBadInput, Table) {
       {"logit_bias id out of range", "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"99999999": 1}})", 400},
       {"logit_bias value too large", "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "logit_bias": {"5": 1000}})", 400},
       {"tokenize: flag not a bool", "/tokenize", R"({"content": "x", "add_special": "yes"})", 400},
+      {"audio output", "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "modalities": ["text", "audio"], "audio": {"voice": "x", "format": "wav"}})", 400},
+      {"modalities not an array", "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "modalities": "text"})", 400},
       {"unknown route", "/v1/embeddings", R"({"input": "x"})", 404},
   };
   for (const Case& c : cases) {
