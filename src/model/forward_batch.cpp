@@ -50,15 +50,7 @@ void Model::forward_batch(const int32_t* tokens, int B, KVCache* const* kvs, For
   }
 
   const blocks::Step st{cfg_, B, pos.data(), s};
-  grow(s.x, static_cast<size_t>(B) * H);
-  grow(s.h, static_cast<size_t>(B) * H);
-  grow(s.proj, static_cast<size_t>(B) * H);
-  const size_t row_bytes = dtype_row_bytes(w_.embed.dtype, H);
-  for (int b = 0; b < B; ++b) {
-    float* xr = s.x.data() + static_cast<size_t>(b) * H;
-    cpu::to_f32(static_cast<const uint8_t*>(w_.embed.data) + tokens[b] * row_bytes, w_.embed.dtype, H, xr);
-    for (int64_t i = 0; i < H; ++i) xr[i] *= embed_scale_;
-  }
+  embed(tokens, B, s);
   if (cfg_.ple_dim > 0) {
     grow(s.ple, static_cast<size_t>(B) * cfg_.n_layers * cfg_.ple_dim);
     blocks::ple_inputs(st, w_, tokens, s.x.data(), s.ple.data());

@@ -43,6 +43,20 @@ float embedding_scale(int hidden_size, DType compute) {
 
 using blocks::grow;
 
+void Model::embed(const int32_t* tokens, int n, ForwardScratch& s) const {
+  // Embedding lookup, scaled by √H.
+  const int64_t H = cfg_.hidden_size;
+  grow(s.x, static_cast<size_t>(n) * H);
+  grow(s.h, static_cast<size_t>(n) * H);
+  grow(s.proj, static_cast<size_t>(n) * H);
+  const size_t row_bytes = dtype_row_bytes(w_.embed.dtype, H);
+  for (int t = 0; t < n; ++t) {
+    float* xr = s.x.data() + static_cast<size_t>(t) * H;
+    cpu::to_f32(static_cast<const uint8_t*>(w_.embed.data) + tokens[t] * row_bytes, w_.embed.dtype, H, xr);
+    for (int64_t i = 0; i < H; ++i) xr[i] *= embed_scale_;
+  }
+}
+
 void Model::forward(const int32_t* tokens, int T, KVCache& kv, ForwardScratch& s, LogitsMode mode,
                     std::vector<float>& logits) const {
   if (T <= 0) throw Error("forward: no tokens");
@@ -62,16 +76,7 @@ void Model::forward(const int32_t* tokens, int T, KVCache& kv, ForwardScratch& s
   for (int t = 0; t < T; ++t) pos[t] = n_past + t;
   const blocks::Step all{cfg_, T, pos.data(), s};
 
-  // Embedding lookup, scaled by √H.
-  grow(s.x, static_cast<size_t>(T) * H);
-  grow(s.h, static_cast<size_t>(T) * H);
-  grow(s.proj, static_cast<size_t>(T) * H);
-  const size_t row_bytes = dtype_row_bytes(w_.embed.dtype, H);
-  for (int t = 0; t < T; ++t) {
-    float* xr = s.x.data() + static_cast<size_t>(t) * H;
-    cpu::to_f32(static_cast<const uint8_t*>(w_.embed.data) + tokens[t] * row_bytes, w_.embed.dtype, H, xr);
-    for (int64_t i = 0; i < H; ++i) xr[i] *= embed_scale_;
-  }
+  embed(tokens, T, s);
   const int64_t LP = static_cast<int64_t>(cfg_.n_layers) * cfg_.ple_dim;
   if (cfg_.ple_dim > 0) {
     grow(s.ple, static_cast<size_t>(T) * LP);

@@ -67,6 +67,9 @@ class Model {
                      std::vector<float>& logits) const;
 
  private:
+  /// Scaled input embeddings of n tokens into s.x [n, H] (grows s.x, s.h, s.proj to n rows).
+  void embed(const int32_t* tokens, int n, ForwardScratch& s) const;
+
   ModelConfig cfg_;
   ModelWeights w_;
   std::vector<std::vector<float>> inv_freq_;  // per layer, [rope_dims/2]
