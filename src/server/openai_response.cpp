@@ -6,10 +6,10 @@ namespace eg::server {
 
 using nlohmann::json;
 
-std::string new_completion_id(bool chat) {
+std::string random_id(const std::string& prefix) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   static const char* a = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  std::string s = chat ? "chatcmpl-" : "cmpl-";
+  std::string s = prefix;
   for (int i = 0; i < 24; ++i) s += a[rng() % 62];
   return s;
 }

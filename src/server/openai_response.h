@@ -9,8 +9,10 @@
 
 namespace eg::server {
 
+/// `prefix` + 24 random alphanumerics (OpenAI's id shape: "chatcmpl-…", "cmpl-…", "call_…").
+std::string random_id(const std::string& prefix);
 /// "chatcmpl-" / "cmpl-" + random id.
-std::string new_completion_id(bool chat);
+inline std::string new_completion_id(bool chat) { return random_id(chat ? "chatcmpl-" : "cmpl-"); }
 nlohmann::json usage_json(const JobResult& r);
 nlohmann::json timings_json(const JobResult& r);
 /// The whole non-streamed response.
