@@ -385,7 +385,7 @@ bool Scheduler::prefill_step() {
   const int chunk = decoding ? std::min(64, opt_.prefill_chunk) : opt_.prefill_chunk;
   const size_t n = std::min(p.size() - s->prefill_pos, static_cast<size_t>(chunk));
   const bool last = s->prefill_pos + n == p.size();
-  std::vector<float> logits;
+  std::vector<float>& logits = logits_;
   lm_->model().forward(p.data() + s->prefill_pos, static_cast<int>(n), s->kv, s->scratch,
                        last ? LogitsMode::Last : LogitsMode::None, logits);
   s->cached.insert(s->cached.end(), p.begin() + s->prefill_pos, p.begin() + s->prefill_pos + n);
@@ -403,7 +403,7 @@ bool Scheduler::decode_step() {
     if (x->phase == Slot::Phase::Decode) active.push_back(x.get());
   if (active.empty()) return false;
   const int V = lm_->model().config().vocab_size;
-  std::vector<float> logits;
+  std::vector<float>& logits = logits_;  // reused: [B, V] is MiBs at a 262k vocabulary
   if (opt_.batched_decode && active.size() > 1) {
     std::vector<int32_t> tokens;
     std::vector<KVCache*> kvs;
@@ -414,10 +414,9 @@ bool Scheduler::decode_step() {
     lm_->model().forward_batch(tokens.data(), static_cast<int>(active.size()), kvs.data(), active[0]->scratch, logits);
   } else {
     logits.resize(active.size() * static_cast<size_t>(V));
-    std::vector<float> row;
     for (size_t b = 0; b < active.size(); ++b) {
-      lm_->model().forward(&active[b]->next, 1, active[b]->kv, active[b]->scratch, LogitsMode::Last, row);
-      std::copy(row.begin(), row.end(), logits.begin() + static_cast<std::ptrdiff_t>(b * V));
+      lm_->model().forward(&active[b]->next, 1, active[b]->kv, active[b]->scratch, LogitsMode::Last, row_logits_);
+      std::copy(row_logits_.begin(), row_logits_.end(), logits.begin() + static_cast<std::ptrdiff_t>(b * V));
     }
   }
   for (size_t b = 0; b < active.size(); ++b) {

@@ -95,7 +95,8 @@ class Scheduler {
   std::vector<std::unique_ptr<Slot>> slots_;
   uint64_t tick_ = 0;
   int32_t tool_start_ = -1;      // "<|tool_call>" or -1
-  std::vector<int32_t> end_ids_;  // ids that end generation (stop ids + "<|tool_response>")
+  std::vector<int32_t> end_ids_;
+  std::vector<float> logits_, row_logits_;  // compute-thread buffers reused every step  // ids that end generation (stop ids + "<|tool_response>")
 
   std::mutex mu_;
   std::condition_variable cv_;
