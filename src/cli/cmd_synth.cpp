@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -237,7 +238,10 @@ int synth(const SynthArgs& a) {
   const bool synthetic_tokenizer = mc.family == ModelFamily::Gemma2 && a.tokenizer_dir.empty();
   std::string tok_dir = a.tokenizer_dir;
   if (!synthetic_tokenizer) {
-    if (tok_dir.empty()) tok_dir = std::string(EDGEGEMMA_SOURCE_DIR) + "/../shared/tokenizers/gemma3";
+    if (tok_dir.empty()) {  // the fixtures folder: EDGEGEMMA_SHARED_DIR, else ../shared next to the sources
+      const char* env = std::getenv("EDGEGEMMA_SHARED_DIR");
+      tok_dir = (env && *env ? std::string(env) : std::string(EDGEGEMMA_SOURCE_DIR) + "/../shared") + "/tokenizers/gemma3";
+    }
     if (!fs::exists(fs::path(tok_dir) / "tokenizer.json"))
       throw Error("no tokenizer.json in " + tok_dir + " (give the real Gemma 3 tokenizer with --tokenizer DIR)");
     const int tok_vocab = Tokenizer::load_dir(tok_dir).vocab_size();
@@ -319,7 +323,7 @@ Action register_synth(CLI::App& app) {
   app.add_option("--seed", a->seed, "random seed");
   app.add_option("--tokenizer", a->tokenizer_dir,
                  "directory with the tokenizer.json to copy (default: the real Gemma 3 tokenizer in "
-                 "../shared/tokenizers/gemma3; gemma-2-2b: a synthetic 256000-token one)");
+                 "$EDGEGEMMA_SHARED_DIR or ../shared/tokenizers/gemma3; gemma-2-2b: a synthetic 256000-token one)");
   return [a] { return synth(*a); };
 }
 
