@@ -1,8 +1,10 @@
 // The HTTP layer of `edgegemma serve`: routes, authentication, limits, errors, SSE (server.h).
 #include <httplib.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include "engine/session_prompt.h"
 #include "server/api_error.h"
@@ -62,6 +64,7 @@ struct Server::Impl {
   std::unique_ptr<Scheduler> scheduler;
   httplib::Server http;
   std::mutex stop_mu;
+  std::atomic<int> open_responses{0};  // generation responses still being written
 
   Impl(std::shared_ptr<const LoadedModel> m, ServerOptions o)
       : lm(std::move(m)),
@@ -192,8 +195,10 @@ struct Server::Impl {
     const std::string id = new_completion_id(job->req.kind == GenRequest::Kind::Chat);
     res.status = 200;
     const int64_t created = unix_now();
-    auto release = [job](bool success) {
+    ++open_responses;
+    auto release = [this, job](bool success) {
       if (!success) job->cancel = true;  // the client went away
+      --open_responses;
     };
     if (job->req.stream) {
       res.set_header("Cache-Control", "no-cache");
@@ -294,6 +299,10 @@ void Server::stop() {
   // writes the final chunk / body and [DONE]; then the listener and idle connections close.
   std::lock_guard<std::mutex> lk(impl_->stop_mu);
   impl_->scheduler->stop();
+  // httplib aborts responses still being written once it stops: let the handlers send their last
+  // chunk / body first (bounded wait: a client that does not read cannot hold the shutdown).
+  for (int i = 0; i < 500 && impl_->open_responses.load() > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   impl_->http.stop();
 }
 
