@@ -62,6 +62,12 @@ const char* eg_version(void);
 /* Loads a Hugging Face model directory (config.json, *.safetensors, tokenizer.json...).
  * On success *out is the new handle. */
 int eg_model_load(const char* path, eg_model** out);
+/* The same, with the device its steps run on: "auto" (or NULL: a GPU when this build has one and the
+ * model fits, else the CPU), "cpu" or "cuda". An explicit device that this build or machine lacks
+ * fails with EG_ERR_FAILED and says so in eg_last_error(). */
+int eg_model_load_device(const char* path, const char* device, eg_model** out);
+/* The device the model's steps run on ("cpu", "cuda"); "" for NULL. Valid while the model lives. */
+const char* eg_model_device(const eg_model* model);
 /* Releases the handle (NULL is ignored). */
 void eg_model_free(eg_model* model);
 

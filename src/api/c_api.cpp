@@ -96,15 +96,23 @@ const char* eg_version(void) {
 #endif
 }
 
-int eg_model_load(const char* path, eg_model** out) {
+int eg_model_load(const char* path, eg_model** out) { return eg_model_load_device(path, nullptr, out); }
+
+int eg_model_load_device(const char* path, const char* device, eg_model** out) {
   EG_REQUIRE(path != nullptr && out != nullptr, "eg_model_load: path and out must not be NULL");
   *out = nullptr;
   return guarded([&] {
+    const eg::DeviceRequest dev = eg::parse_device(device != nullptr ? device : "auto");
     auto m = std::make_unique<eg_model>();
-    m->lm = eg::LoadedModel::load_dir(path);
+    m->lm = eg::LoadedModel::load(path, dev);
     *out = m.release();
     return EG_OK;
   });
+}
+
+const char* eg_model_device(const eg_model* model) {
+  if (model == nullptr || !model->lm) return "";
+  return eg::device_name(model->lm->executor().device());
 }
 
 void eg_model_free(eg_model* model) { delete model; }

@@ -29,6 +29,8 @@ struct BenchArgs {
   int threads = 0;
   int reps = 5;
   bool json = false;
+  std::string device = "auto";
+  std::string kv_type = "f16";
 };
 
 using Clock = std::chrono::steady_clock;
@@ -51,27 +53,32 @@ struct TestResult {
 
 // Seconds of one run: prefill `depth` tokens untimed, then either a timed prefill of n_prompt
 // tokens (one forward call) or n_gen timed single-token decode steps.
-double run_once(const Model& m, int depth, int n_prompt, int n_gen, std::mt19937& rng, int vocab) {
+double run_once(const StepExecutor& e, KVType kv_type, int depth, int n_prompt, int n_gen, std::mt19937& rng, int vocab) {
   std::uniform_int_distribution<int32_t> tok(0, vocab - 1);
-  KVCache kv(m.config(), depth + std::max(n_prompt, n_gen));
-  ForwardScratch s;
+  KVCacheOptions ko;
+  ko.type = kv_type;
+  ko.max_tokens = depth + std::max(n_prompt, n_gen);
+  std::unique_ptr<KVCache> kv_owner = e.new_kv_cache(ko);
+  KVCache& kv = *kv_owner;
+  std::unique_ptr<StepWorkspace> ws = e.new_workspace();
+  StepWorkspace& s = *ws;
   std::vector<float> logits;
   if (depth > 0) {
     std::vector<int32_t> ctx(depth);
     for (auto& t : ctx) t = tok(rng);
-    m.forward(ctx.data(), depth, kv, s, LogitsMode::None, logits);
+    e.prefill(ctx.data(), depth, kv, s, LogitsMode::None, logits);
   }
   if (n_prompt > 0) {
     std::vector<int32_t> p(n_prompt);
     for (auto& t : p) t = tok(rng);
     const auto t0 = Clock::now();
-    m.forward(p.data(), n_prompt, kv, s, LogitsMode::Last, logits);
+    e.prefill(p.data(), n_prompt, kv, s, LogitsMode::Last, logits);
     return std::chrono::duration<double>(Clock::now() - t0).count();
   }
   std::vector<int32_t> ids(n_gen);
   for (auto& t : ids) t = tok(rng);
   const auto t0 = Clock::now();
-  for (int i = 0; i < n_gen; ++i) m.forward(&ids[i], 1, kv, s, LogitsMode::Last, logits);
+  for (int i = 0; i < n_gen; ++i) e.prefill(&ids[i], 1, kv, s, LogitsMode::Last, logits);
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
@@ -94,8 +101,12 @@ int run_bench(const BenchArgs& a) {
   if (a.reps < 1) throw Error("-r must be >= 1");
   apply_threads(a.threads);
   const std::string dir = a.model_dir.empty() ? default_model_dir() : a.model_dir;
-  auto lm = LoadedModel::load(dir);
+  auto lm = LoadedModel::load(dir, parse_device(a.device));
   const Model& m = lm->model();
+  const StepExecutor& exec = lm->executor();
+  const KVType kv_type = parse_kv_type(a.kv_type);
+  const std::string backend = exec.device() == Device::CPU ? std::string("CPU ") + cpu::simd_target_name()
+                                                           : std::string(device_name(exec.device()));
   const ModelConfig& cfg = m.config();
   const int need = a.depth + std::max(a.n_prompt, a.n_gen);
   if (cfg.max_position_embeddings > 0 && need > cfg.max_position_embeddings)
@@ -121,11 +132,11 @@ int run_bench(const BenchArgs& a) {
   for (TestResult& t : tests) {
     std::fprintf(stderr, "bench: %s: warm-up", t.name.c_str());
     std::fflush(stderr);
-    run_once(m, a.depth, t.n_prompt, t.n_gen, rng, vocab);
+    run_once(exec, kv_type, a.depth, t.n_prompt, t.n_gen, rng, vocab);
     for (int r = 0; r < a.reps; ++r) {
       std::fprintf(stderr, ", %d", r + 1);
       std::fflush(stderr);
-      t.seconds.push_back(run_once(m, a.depth, t.n_prompt, t.n_gen, rng, vocab));
+      t.seconds.push_back(run_once(exec, kv_type, a.depth, t.n_prompt, t.n_gen, rng, vocab));
     }
     std::fprintf(stderr, "\n");
   }
@@ -162,6 +173,9 @@ int run_bench(const BenchArgs& a) {
                               {"weight_dtype", dtype_name(wtype)},
                               {"threads", threads},
                               {"simd", cpu::simd_target_name()},
+                              {"device", device_name(exec.device())},
+                              {"executor", exec.description()},
+                              {"kv_type", kv_type_name(kv_type)},
                               {"load_ms", lm->load_ms()},
                               {"ttft_ms", ttft},
                               {"peak_rss_bytes", rss},
@@ -180,15 +194,15 @@ int run_bench(const BenchArgs& a) {
                   t["tok_s"]["min"].get<double>(), t["tok_s"]["max"].get<double>());
     std::printf("| %-30s | %10s | %10s | %-8s | %7d | %15s | %28s |\n", model_name.c_str(),
                 human_size(static_cast<double>(size_bytes)).c_str(), human_params(static_cast<double>(params)).c_str(),
-                (std::string("CPU ") + cpu::simd_target_name()).substr(0, 8).c_str(), threads,
+                backend.substr(0, 8).c_str(), threads,
                 t["name"].get<std::string>().c_str(), tps);
   }
   std::printf("\nload %.1f ms", lm->load_ms());
   if (a.n_prompt > 0)
     std::printf(", TTFT (pp%d%s) %.1f ms (min %.1f, max %.1f)", a.n_prompt, at.c_str(), ttft["median"].get<double>(),
                 ttft["min"].get<double>(), ttft["max"].get<double>());
-  std::printf(", peak RSS %s, %d reps after 1 warm-up, SIMD %s\n", human_size(static_cast<double>(rss)).c_str(), a.reps,
-              cpu::simd_target_name());
+  std::printf(", peak RSS %s, %d reps after 1 warm-up, %s\n", human_size(static_cast<double>(rss)).c_str(), a.reps,
+              exec.description().c_str());
   return 0;
 }
 
@@ -205,6 +219,8 @@ Action register_bench(CLI::App& app) {
       ->check(CLI::Range(0, 1024, "a thread count"));
   app.add_option("-r,--repetitions", a->reps, "timed repetitions per test after one warm-up (default 5)")
       ->check(CLI::Range(1, 1000, "a repetition count"));
+  app.add_option("--device", a->device, "where steps run: auto (default), cpu or cuda");
+  app.add_option("--kv-type", a->kv_type, "KV-cache storage: f16 (default, as run/chat/serve), bf16, f32, int8");
   app.add_flag("--json", a->json, "print one JSON object (tests with tok/s median/min/max, ttft_ms, load_ms, peak_rss_bytes)");
   return [a] { return run_bench(*a); };
 }

@@ -61,7 +61,9 @@ nlohmann::json stats_json(const LoadedModel& lm, const GenerationStats& s) {
           {"decode_ms", s.decode_ms},
           {"decode_tok_s", s.decode_tok_s},
           {"peak_rss_bytes", peak_rss_bytes()},
-          {"simd", cpu::simd_target_name()}};
+          {"simd", cpu::simd_target_name()},
+          {"device", device_name(lm.executor().device())},
+          {"executor", lm.executor().description()}};
 }
 
 int run(const RunArgs& a) {
@@ -76,7 +78,7 @@ int run(const RunArgs& a) {
   if (text.empty()) throw Error("empty prompt");
   if (!a.system.empty() && !a.chat) throw Error("--system needs --chat");
   const std::string dir = a.model_dir.empty() ? default_model_dir() : a.model_dir;
-  auto lm = LoadedModel::load_dir(dir);
+  auto lm = LoadedModel::load(dir, parse_device(g.device));
   for (const auto& n : lm->notes()) std::fprintf(stderr, "edgegemma: note: %s\n", n.c_str());
   const Tokenizer& tok = lm->tokenizer();
 
@@ -139,7 +141,7 @@ int run(const RunArgs& a) {
     }
     return !stop_text.stopped();
   };
-  GenerationResult r = generate(lm->model(), prompt, stops, opt, on_token);
+  GenerationResult r = generate(lm->executor(), prompt, stops, opt, on_token);
   std::string tail = stop_text.push(detok.flush());
   if (stop_text.stopped()) r.finish_reason = "stop";  // the only way `run` cancels
   tail += stop_text.flush();
@@ -169,10 +171,11 @@ int run(const RunArgs& a) {
     std::fprintf(stderr,
                  "load: %.1f ms | prompt tokens: %d | TTFT: %.1f ms | prefill: %.1f tok/s | "
                  "generated tokens: %d | decode: %.1f tok/s | peak RSS: %.1f MiB | threads: %d | "
-                 "SIMD: %s | seed: %llu\n",
+                 "SIMD: %s | device: %s | seed: %llu\n",
                  lm->load_ms(), s.prompt_tokens, s.ttft_ms, s.prefill_tok_s, s.generated_tokens,
                  s.decode_tok_s, peak_rss_bytes() / 1048576.0, omp_get_max_threads(),
-                 cpu::simd_target_name(), static_cast<unsigned long long>(seed));
+                 cpu::simd_target_name(), lm->executor().description().c_str(),
+                 static_cast<unsigned long long>(seed));
   }
   return 0;
 }

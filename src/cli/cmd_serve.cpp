@@ -34,6 +34,7 @@ struct ServeArgs {
   int max_body_kb = 1024;
   int threads = 0;
   std::string kv_type = "f16";
+  std::string device = "auto";
 };
 
 std::string read_file(const std::string& path) {
@@ -55,7 +56,7 @@ int serve(const ServeArgs& a) {
   signal(SIGPIPE, SIG_IGN);
 
   const std::string path = a.model.empty() ? default_model_dir() : a.model;
-  std::shared_ptr<const LoadedModel> lm = LoadedModel::load(path);
+  std::shared_ptr<const LoadedModel> lm = LoadedModel::load(path, parse_device(a.device));
   for (const auto& n : lm->notes()) std::fprintf(stderr, "edgegemma: note: %s\n", n.c_str());
 
   server::ServerOptions o;
@@ -89,8 +90,9 @@ int serve(const ServeArgs& a) {
     std::fprintf(stderr, "edgegemma serve: signal %d, stopping\n", sig);
     srv.stop();
   });
-  std::fprintf(stderr, "edgegemma serve: model %s | %d slots x %d tokens of context | web chat at http://%s:%d/\n",
-               o.model_id.c_str(), o.scheduler.slots, o.scheduler.context_tokens, a.host.c_str(), port);
+  std::fprintf(stderr, "edgegemma serve: model %s | %d slots x %d tokens of context | %s | web chat at http://%s:%d/\n",
+               o.model_id.c_str(), o.scheduler.slots, o.scheduler.context_tokens,
+               lm->executor().description().c_str(), a.host.c_str(), port);
   std::printf("edgegemma serve: listening on http://%s:%d\n", a.host.c_str(), port);
   std::fflush(stdout);
   srv.listen();
@@ -120,6 +122,7 @@ Action register_serve(CLI::App& app) {
   app.add_option("--max-body-kb", a->max_body_kb, "largest request body in KiB (default 1024)")->check(CLI::Range(1, 1 << 20));
   app.add_option("-t,--threads", a->threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));
   app.add_option("--kv-type", a->kv_type, "KV cache type f16|bf16|f32|int8 (default f16)");
+  app.add_option("--device", a->device, "where steps run: auto (default), cpu or cuda");
   return [a] { return serve(*a); };
 }
 

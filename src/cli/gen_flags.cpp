@@ -40,6 +40,7 @@ void add_gen_flags(CLI::App& app, const std::shared_ptr<GenFlags>& f) {
   app.add_option("--kv-type", f->kv_type, "KV-cache storage: f16 (default), bf16, f32, int8");
   app.add_option("--max-memory", f->max_memory,
                  "memory budget: weights + KV + scratch, bytes with K/M/G suffix (e.g. 2G)");
+  app.add_option("--device", f->device, "where steps run: auto (default: the CPU until a GPU backend is built in), cpu, cuda");
   app.add_flag("--warmup", f->warmup, "page in all weights before the prompt (chat: then one tiny forward pass)");
 }
 

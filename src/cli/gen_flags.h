@@ -27,6 +27,7 @@ struct GenFlags {
   std::string kv_type = "f16";
   std::string max_memory;  // "" = no budget
   bool warmup = false;
+  std::string device = "auto";  // --device: auto | cpu | cuda (exec/executor.h)
   // The options, to tell an explicit value from a default (explicit flags override the preset).
   CLI::Option *o_temp = nullptr, *o_top_k = nullptr, *o_top_p = nullptr, *o_min_p = nullptr,
               *o_rep = nullptr, *o_rep_n = nullptr, *o_pres = nullptr, *o_freq = nullptr;
@@ -34,7 +35,7 @@ struct GenFlags {
 
 /// Registers --preset, --temp, --top-k, --top-p, --min-p, --seed, --repeat-penalty,
 /// --repeat-last-n, --presence-penalty, --frequency-penalty, --stop (repeatable), --kv-type,
-/// --max-memory and --warmup on `app`, storing into *f (which must outlive parsing).
+/// --max-memory, --warmup and --device on `app`, storing into *f (which must outlive parsing).
 void add_gen_flags(CLI::App& app, const std::shared_ptr<GenFlags>& f);
 
 /// The sampling parameters: defaults < --preset < explicit flags; the seed is `seed` (the caller

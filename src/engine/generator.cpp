@@ -16,7 +16,13 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 GenerationResult generate(const Model& model, const std::vector<int32_t>& prompt,
                           const std::vector<int32_t>& stop_ids, const GenerateOptions& opt,
                           const TokenCallback& on_token) {
-  const ModelConfig& cfg = model.config();
+  return generate(*make_cpu_executor(model), prompt, stop_ids, opt, on_token);
+}
+
+GenerationResult generate(const StepExecutor& exec, const std::vector<int32_t>& prompt,
+                          const std::vector<int32_t>& stop_ids, const GenerateOptions& opt,
+                          const TokenCallback& on_token) {
+  const ModelConfig& cfg = exec.config();
   if (prompt.empty()) throw Error("empty prompt");
   if (opt.max_new_tokens < 0) throw Error("max new tokens must be >= 0");
   if (opt.context_size > cfg.max_position_embeddings)
@@ -40,12 +46,13 @@ GenerationResult generate(const Model& model, const std::vector<int32_t>& prompt
   const int capacity = std::min(ctx, n_prompt + opt.max_new_tokens);
   KVCacheOptions kv_opt = opt.kv;
   kv_opt.max_tokens = capacity;
-  KVCache kv(cfg, kv_opt);
-  ForwardScratch scratch;
+  std::unique_ptr<KVCache> kv_owner = exec.new_kv_cache(kv_opt);
+  KVCache& kv = *kv_owner;
+  std::unique_ptr<StepWorkspace> ws = exec.new_workspace();
   std::vector<float> logits;
 
   const auto t0 = std::chrono::steady_clock::now();
-  model.forward(prompt.data(), n_prompt, kv, scratch, LogitsMode::Last, logits);
+  exec.prefill(prompt.data(), n_prompt, kv, *ws, LogitsMode::Last, logits);
   r.stats.prefill_ms = ms_since(t0);
   int32_t next = sampler.sample(logits.data(), cfg.vocab_size);
   r.stats.ttft_ms = ms_since(t0);
@@ -67,7 +74,7 @@ GenerationResult generate(const Model& model, const std::vector<int32_t>& prompt
       r.context_full = kv.n_past() >= ctx;
       break;
     }
-    model.forward(&next, 1, kv, scratch, LogitsMode::Last, logits);
+    exec.prefill(&next, 1, kv, *ws, LogitsMode::Last, logits);
     next = sampler.sample(logits.data(), cfg.vocab_size);
   }
   r.stats.decode_ms = ms_since(t1);

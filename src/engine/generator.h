@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/sampler.h"
+#include "exec/executor.h"
 #include "model/model.h"
 
 namespace eg {
@@ -42,6 +43,10 @@ using TokenCallback = std::function<bool(int32_t id)>;
 
 /// Throws eg::Error for an empty prompt, a prompt that does not fit the context, or a context
 /// size larger than the model's.
+GenerationResult generate(const StepExecutor& exec, const std::vector<int32_t>& prompt,
+                          const std::vector<int32_t>& stop_ids, const GenerateOptions& opt,
+                          const TokenCallback& on_token);
+/// The same on the CPU executor of `model`.
 GenerationResult generate(const Model& model, const std::vector<int32_t>& prompt,
                           const std::vector<int32_t>& stop_ids, const GenerateOptions& opt,
                           const TokenCallback& on_token);

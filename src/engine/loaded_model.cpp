@@ -14,7 +14,7 @@
 namespace eg {
 
 LoadedModel::LoadedModel(std::unique_ptr<Model> m, Tokenizer t)
-    : model_(std::move(m)), tokenizer_(std::move(t)) {
+    : model_(std::move(m)), exec_(make_cpu_executor(*model_)), tokenizer_(std::move(t)) {
   const ModelConfig& cfg = model_->config();
   auto add = [&](int id) {
     if (id >= 0 && std::find(stop_ids_.begin(), stop_ids_.end(), id) == stop_ids_.end())
@@ -84,6 +84,14 @@ std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path) {
   }
   return load_dir(path);
 }
+
+std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path, DeviceRequest device) {
+  auto lm = load(path);
+  lm->use_device(device);
+  return lm;
+}
+
+void LoadedModel::use_device(DeviceRequest device) { exec_ = make_executor(*model_, device); }
 
 std::vector<int32_t> LoadedModel::encode_prompt(const std::string& text, bool no_bos) const {
   std::vector<int32_t> ids = tokenizer_.encode(text, tokenizer_.add_bos() && !no_bos, true);

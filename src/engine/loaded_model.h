@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/executor.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -19,8 +20,16 @@ class LoadedModel {
   static std::unique_ptr<LoadedModel> load_gguf(const std::string& path);
   /// A directory (Hugging Face) or a file ending in .gguf.
   static std::unique_ptr<LoadedModel> load(const std::string& path);
+  /// load(), then the step executor for `device` (use_device).
+  static std::unique_ptr<LoadedModel> load(const std::string& path, DeviceRequest device);
 
   const Model& model() const { return *model_; }
+  /// Where steps run (exec/executor.h): the CPU executor unless use_device chose another.
+  const StepExecutor& executor() const { return *exec_; }
+  /// Replaces the executor by the one for `device` (make_executor). Throws eg::Error when an
+  /// explicitly requested device is unavailable; the old executor stays then. Call it before any
+  /// Session, scheduler or KV cache uses this model.
+  void use_device(DeviceRequest device);
   const Tokenizer& tokenizer() const { return tokenizer_; }
   /// Ids that end generation: eos_token_id of config.json and generation_config.json, plus the
   /// chat format's end-of-turn token when the vocabulary has it (<end_of_turn>; Gemma 4 <turn|>).
@@ -43,6 +52,7 @@ class LoadedModel {
 
  private:
   std::unique_ptr<Model> model_;
+  std::unique_ptr<StepExecutor> exec_;
   Tokenizer tokenizer_;
   std::vector<int32_t> stop_ids_;
   double load_ms_ = 0;

@@ -71,7 +71,8 @@ Session::~Session() {
 }
 
 void Session::init_kv() {
-  kv_ = std::make_unique<KVCache>(lm_->model().config(), opt_.kv);
+  kv_ = lm_->executor().new_kv_cache(opt_.kv);
+  if (!ws_) ws_ = lm_->executor().new_workspace();
   cached_.clear();
   logits_valid_ = false;
 }
@@ -195,7 +196,7 @@ bool Session::sync_cache(const std::vector<int32_t>& target, int upto, const std
     cached_.resize(static_cast<size_t>(kept));
     logits_valid_ = false;
   }
-  const Model& model = lm_->model();
+  const StepExecutor& exec = lm_->executor();
   while (cached_.size() < static_cast<size_t>(upto)) {
     if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) return false;
     const int n = std::min<int>(chunk, upto - static_cast<int>(cached_.size()));
@@ -204,7 +205,7 @@ bool Session::sync_cache(const std::vector<int32_t>& target, int upto, const std
     // worker's chunks need no logits (generate() recomputes the last token if it must).
     const bool last = static_cast<int>(cached_.size()) + n == upto && want_logits;
     try {
-      model.forward(ids, n, *kv_, scratch_, last ? LogitsMode::Last : LogitsMode::None, logits_);
+      exec.prefill(ids, n, *kv_, *ws_, last ? LogitsMode::Last : LogitsMode::None, logits_);
     } catch (...) {
       // The cache may hold part of the chunk: start over from a clean state.
       kv_->clear();
@@ -221,7 +222,7 @@ bool Session::sync_cache(const std::vector<int32_t>& target, int upto, const std
 
 // ---- background worker -------------------------------------------------------------------------
 //
-// Ownership of the KV state (kv_, scratch_, cached_, logits_, logits_valid_): the worker touches
+// Ownership of the KV state (kv_, ws_, cached_, logits_, logits_valid_): the worker touches
 // it only between taking a job (job_pending_ -> worker_busy_ = true, under mu_) and finishing it
 // (worker_busy_ = false, under mu_). The caller thread touches it only after stop_worker_job()
 // has seen worker_busy_ == false with job_pending_ cleared, under mu_, and before it posts the

@@ -291,7 +291,7 @@ class Session {
 
   // KV state: touched by the worker while a job runs, by the caller thread otherwise.
   std::unique_ptr<KVCache> kv_;
-  ForwardScratch scratch_;
+  std::unique_ptr<StepWorkspace> ws_;  // activation buffers of this session's steps
   std::vector<int32_t> cached_;  // tokens whose K/V the cache holds (== kv_->n_past())
   std::vector<float> logits_;    // logits of cached_.back() when logits_valid_
   bool logits_valid_ = false;

@@ -337,14 +337,15 @@ WarmupResult Session::warmup() {
   const ModelConfig& cfg = lm_->model().config();
   KVCacheOptions ko = opt_.kv;
   ko.max_tokens = 1;
-  KVCache kv(cfg, ko);
-  ForwardScratch scratch;
+  const StepExecutor& exec = lm_->executor();
+  std::unique_ptr<KVCache> kv = exec.new_kv_cache(ko);
+  std::unique_ptr<StepWorkspace> ws = exec.new_workspace();
   std::vector<float> logits;
   const int32_t id = lm_->tokenizer().bos_id() >= 0 && lm_->tokenizer().bos_id() < cfg.vocab_size
                          ? lm_->tokenizer().bos_id()
                          : 0;
   t0 = std::chrono::steady_clock::now();
-  lm_->model().forward(&id, 1, kv, scratch, LogitsMode::Last, logits);
+  exec.prefill(&id, 1, *kv, *ws, LogitsMode::Last, logits);
   w.forward_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return w;
 }

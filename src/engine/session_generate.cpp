@@ -177,7 +177,7 @@ TurnResult Session::generate(const GenerateParams& gp, const PieceCallback& on_p
         r.finish = FinishReason::ContextFull;
         break;
       }
-      lm_->model().forward(&next, 1, *kv_, scratch_, LogitsMode::Last, logits_);
+      lm_->executor().prefill(&next, 1, *kv_, *ws_, LogitsMode::Last, logits_);
       cached_.push_back(next);
       logits_valid_ = true;
       next = sampler_.sample(logits_.data(), V);

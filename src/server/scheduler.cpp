@@ -27,8 +27,9 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
 struct Scheduler::Slot {
   enum class Phase { Idle, Prefill, Decode };
   int index = 0;
-  KVCache kv;
-  ForwardScratch scratch;
+  std::unique_ptr<KVCache> kv_owner;  // made by the executor: lives on its device
+  KVCache& kv;
+  std::unique_ptr<StepWorkspace> ws;  // this slot's activation buffers
   std::vector<int32_t> cached;  // tokens whose K/V the cache holds
   Phase phase = Phase::Idle;
   uint64_t last_used = 0;
@@ -48,7 +49,8 @@ struct Scheduler::Slot {
   int cached_prompt = 0;
   Clock::time_point t_prefill, t_first, t_last;
 
-  Slot(const ModelConfig& cfg, const KVCacheOptions& o) : kv(cfg, o) {}
+  Slot(const StepExecutor& e, const KVCacheOptions& o)
+      : kv_owner(e.new_kv_cache(o)), kv(*kv_owner), ws(e.new_workspace()) {}
 };
 
 Scheduler::Scheduler(std::shared_ptr<const LoadedModel> model, SchedulerOptions opt, Metrics& metrics)
@@ -58,7 +60,7 @@ Scheduler::Scheduler(std::shared_ptr<const LoadedModel> model, SchedulerOptions 
   opt_.kv.max_tokens = opt_.context_tokens;
   const ModelConfig& cfg = lm_->model().config();
   for (int i = 0; i < opt_.slots; ++i) {
-    slots_.push_back(std::make_unique<Slot>(cfg, opt_.kv));
+    slots_.push_back(std::make_unique<Slot>(lm_->executor(), opt_.kv));
     slots_.back()->index = i;
   }
   tool_start_ = tool_call_start_id(lm_->tokenizer());
@@ -386,8 +388,8 @@ bool Scheduler::prefill_step() {
   const size_t n = std::min(p.size() - s->prefill_pos, static_cast<size_t>(chunk));
   const bool last = s->prefill_pos + n == p.size();
   std::vector<float>& logits = logits_;
-  lm_->model().forward(p.data() + s->prefill_pos, static_cast<int>(n), s->kv, s->scratch,
-                       last ? LogitsMode::Last : LogitsMode::None, logits);
+  lm_->executor().prefill(p.data() + s->prefill_pos, static_cast<int>(n), s->kv, *s->ws,
+                          last ? LogitsMode::Last : LogitsMode::None, logits);
   s->cached.insert(s->cached.end(), p.begin() + s->prefill_pos, p.begin() + s->prefill_pos + n);
   s->prefill_pos += n;
   // Store the new full blocks after every chunk: sliding-window layers recycle their early pages
@@ -411,11 +413,11 @@ bool Scheduler::decode_step() {
       tokens.push_back(s->next);
       kvs.push_back(&s->kv);
     }
-    lm_->model().forward_batch(tokens.data(), static_cast<int>(active.size()), kvs.data(), active[0]->scratch, logits);
+    lm_->executor().decode(tokens.data(), static_cast<int>(active.size()), kvs.data(), *active[0]->ws, logits);
   } else {
     logits.resize(active.size() * static_cast<size_t>(V));
     for (size_t b = 0; b < active.size(); ++b) {
-      lm_->model().forward(&active[b]->next, 1, active[b]->kv, active[b]->scratch, LogitsMode::Last, row_logits_);
+      lm_->executor().prefill(&active[b]->next, 1, active[b]->kv, *active[b]->ws, LogitsMode::Last, row_logits_);
       std::copy(row_logits_.begin(), row_logits_.end(), logits.begin() + static_cast<std::ptrdiff_t>(b * V));
     }
   }

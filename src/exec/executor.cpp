@@ -1,0 +1,68 @@
+// Device names, the device choice, and the host-side defaults of StepExecutor (executor.h).
+#include "exec/executor.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace eg {
+
+const char* device_name(Device d) {
+  switch (d) {
+    case Device::CPU: return "cpu";
+    case Device::CUDA: return "cuda";
+  }
+  return "?";
+}
+
+DeviceRequest parse_device(const std::string& s) {
+  std::string v = s;
+  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (v == "auto") return DeviceRequest{true, Device::CPU};
+  if (v == "cpu") return DeviceRequest{false, Device::CPU};
+  if (v == "cuda") return DeviceRequest{false, Device::CUDA};
+  throw Error("unknown device '" + s + "' (choose auto, cpu or cuda)");
+}
+
+bool device_compiled_in(Device d) {
+  switch (d) {
+    case Device::CPU: return true;
+    case Device::CUDA: return false;  // the CUDA executor is not wired in yet (src/backend/cuda: kernels only)
+  }
+  return false;
+}
+
+int32_t argmax_row(const float* x, int64_t n) {
+  int64_t best = 0;
+  float bv = -INFINITY;
+  bool found = false;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i])) continue;
+    if (!found || x[i] > bv) {
+      bv = x[i];
+      best = i;
+      found = true;
+    }
+  }
+  return static_cast<int32_t>(best);
+}
+
+void StepExecutor::decode_argmax(const int32_t* tokens, int B, KVCache* const* kvs, StepWorkspace& ws,
+                                 int32_t* out) const {
+  std::vector<float> logits;
+  decode(tokens, B, kvs, ws, logits);
+  const int64_t V = config().vocab_size;
+  for (int b = 0; b < B; ++b) out[b] = argmax_row(logits.data() + b * V, V);
+}
+
+std::unique_ptr<StepExecutor> make_executor(const Model& model, DeviceRequest request) {
+  if (request.automatic) return make_cpu_executor(model);  // CUDA joins Auto once its executor exists
+  if (!device_compiled_in(request.device))
+    throw Error(std::string("--device ") + device_name(request.device) + ": this build has no " +
+                device_name(request.device) + " executor (use --device cpu)");
+  return make_cpu_executor(model);
+}
+
+}  // namespace eg
