@@ -1,6 +1,8 @@
 // The HTTP layer of `edgegemma serve`: routes, authentication, limits, errors, SSE (server.h).
 #include <httplib.h>
+#include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -8,6 +10,7 @@
 
 #include "engine/session_prompt.h"
 #include "server/api_error.h"
+#include "server/connection_pool.h"
 #include "server/constraints.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
@@ -21,7 +24,25 @@ using nlohmann::json;
 
 namespace {
 
+// While a generation response waits for its job, it checks every kWatch (and at every token) that
+// its client is still connected, and writes a keep-alive byte when nothing was written for kKeepAlive.
+constexpr auto kWatch = std::chrono::milliseconds(5);
 constexpr auto kKeepAlive = std::chrono::milliseconds(250);
+
+// The listen backlog (the kernel caps it at net.core.somaxconn). The packaged cpp-httplib listens
+// with a backlog of 5 (CPPHTTPLIB_LISTEN_BACKLOG, compiled into the library): a burst of more
+// simultaneous connects overflowed the accept queue, and those clients were reset or waited for a
+// SYN retransmission (1 s, 3 s, ...).
+constexpr int kListenBacklog = 4096;
+
+// httplib::Server, plus a way to deepen its listen backlog: listen(2) on a socket that is already
+// listening only updates the backlog (Linux), so Server::bind() calls it right after httplib binds.
+class HttpServer : public httplib::Server {
+ public:
+  bool set_listen_backlog(int n) { return svr_sock_ != INVALID_SOCKET && ::listen(svr_sock_, n) == 0; }
+};
+
+using Clock = std::chrono::steady_clock;
 
 int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -62,7 +83,7 @@ struct Server::Impl {
   Metrics metrics;
   PromptEncoder encoder;
   std::unique_ptr<Scheduler> scheduler;
-  httplib::Server http;
+  HttpServer http;
   std::mutex stop_mu;
   std::atomic<int> open_responses{0};  // generation responses still being written
 
@@ -71,8 +92,8 @@ struct Server::Impl {
         opt(std::move(o)),
         encoder(lm->tokenizer(), opt.chat_template.empty() ? lm->chat_template() : opt.chat_template, std::nullopt) {
     scheduler = std::make_unique<Scheduler>(lm, opt.scheduler, metrics);
-    const int threads = opt.http_threads > 0 ? opt.http_threads : opt.scheduler.slots + opt.scheduler.queue + 4;
-    http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+    const int threads = opt.http_threads > 0 ? opt.http_threads : std::max(512, opt.scheduler.slots + opt.scheduler.queue + 16);
+    http.new_task_queue = [threads] { return new ConnectionPool(static_cast<size_t>(threads), std::chrono::seconds(30)); };
     http.set_payload_max_length(opt.max_body_bytes);
     http.set_read_timeout(30, 0);
     http.set_write_timeout(30, 0);
@@ -204,19 +225,20 @@ struct Server::Impl {
       res.set_header("Cache-Control", "no-cache");
       res.set_chunked_content_provider(
           "text/event-stream",
-          [job, id, created, started = false](size_t, httplib::DataSink& sink) mutable {
-            return stream_events(*job, id, created, started, sink);
+          [job, id, created, started = false, last = Clock::now()](size_t, httplib::DataSink& sink) mutable {
+            return stream_events(*job, id, created, started, last, sink);
           },
           release);
     } else {
       res.set_chunked_content_provider(
           "application/json",
-          [job, id, created, last = std::chrono::steady_clock::now()](size_t, httplib::DataSink& sink) mutable {
-            const Job::Poll p = job->poll(kKeepAlive);
+          [job, id, created, last = Clock::now()](size_t, httplib::DataSink& sink) mutable {
+            Job::Poll p;
+            if (!next_output(*job, sink, p)) return false;
             if (!p.done) {
-              // Keep-alive: a space (JSON allows leading whitespace) every 250 ms detects a client
-              // that went away.
-              const auto now = std::chrono::steady_clock::now();
+              // Keep-alive: a space (JSON allows leading whitespace) when nothing was written for
+              // kKeepAlive, so that clients and proxies do not time out an idle connection.
+              const auto now = Clock::now();
               if (now - last < kKeepAlive) return true;
               last = now;
               return sink.write(" ", 1);
@@ -233,7 +255,21 @@ struct Server::Impl {
     }
   }
 
-  static bool stream_events(Job& job, const std::string& id, int64_t created, bool& started, httplib::DataSink& sink) {
+  // Waits (at most kWatch) for the job's next text or its end, then checks that the client is
+  // still there: DataSink::is_writable polls the socket, and a peer that closed (EOF on a
+  // MSG_PEEK) or reset the connection is gone. A gone client cancels the job at once: the
+  // scheduler drops it from the queue or stops it before its next prefill chunk / decode step.
+  // This runs on the response's HTTP thread, at every token and every kWatch in between, so a
+  // disconnect is seen within a decode step or a few ms, streaming or not, queued or running.
+  static bool next_output(Job& job, httplib::DataSink& sink, Job::Poll& p) {
+    p = job.poll(kWatch);
+    if (sink.is_writable()) return true;
+    job.cancel = true;
+    return false;
+  }
+
+  static bool stream_events(Job& job, const std::string& id, int64_t created, bool& started, Clock::time_point& last,
+                            httplib::DataSink& sink) {
     const GenRequest& rq = job.req;
     const bool chat = rq.kind == GenRequest::Kind::Chat;
     auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
@@ -242,12 +278,19 @@ struct Server::Impl {
       if (chat && !write(sse(chunk_json(rq, id, created, json{{"role", "assistant"}, {"content", ""}}, nullptr))))
         return false;
     }
-    const Job::Poll p = job.poll(kKeepAlive);
+    Job::Poll p;
+    if (!next_output(job, sink, p)) return false;
+    const auto now = Clock::now();
     if (!p.text.empty()) {
       const json delta = chat ? json{{"content", p.text}} : json(p.text);
       if (!write(sse(chunk_json(rq, id, created, delta, nullptr)))) return false;
+      last = now;
     }
-    if (!p.done) return p.text.empty() ? write(": keep-alive\n\n") : true;
+    if (!p.done) {
+      if (now - last < kKeepAlive) return true;
+      last = now;
+      return write(": keep-alive\n\n");  // an SSE comment
+    }
     const JobResult& r = job.result();
     if (r.error_status) {
       if (!write(sse(error_json(r.error_status, r.error_message)))) return false;
@@ -288,6 +331,7 @@ int Server::bind() {
     if (!impl_->http.bind_to_port(o.host, o.port)) throw Error("cannot bind " + o.host + ":" + std::to_string(o.port) + " (in use?)");
     port_ = o.port;
   }
+  if (!impl_->http.set_listen_backlog(kListenBacklog)) throw Error("cannot listen on " + o.host + ":" + std::to_string(port_));
   return port_;
 }
 

@@ -8,9 +8,10 @@
 // Safety: binds 127.0.0.1 unless told otherwise; with an API key every route except / and
 // /health needs "Authorization: Bearer KEY" (401 otherwise); request bodies over
 // max_body_bytes are 413; every bad request is a 4xx with an OpenAI error object, never a 5xx.
-// A client that disconnects (streaming or not) cancels its generation within one decode step
-// after the next write (streams write every token; other responses write a keep-alive space
-// every 250 ms, which JSON parsers skip).
+// A client that disconnects (streaming or not, queued or running) cancels its generation within a
+// decode step or a few ms: the response's HTTP thread checks the socket at every token and every
+// 5 ms (http_routes.cpp next_output). Connections: listen backlog 4096, a thread per connection
+// (connection_pool.h); beyond slots + queue a request gets 429, never a reset.
 #pragma once
 #include <atomic>
 #include <memory>
@@ -32,7 +33,9 @@ struct ServerOptions {
   std::string chat_template;  // "" = the model's
   size_t max_body_bytes = 1 << 20;
   double timeout_s = 600;  // per request, queueing included
-  int http_threads = 0;    // 0: slots + queue + 4
+  // Connections served at once, a thread each (started on demand, idle ones exit after 30 s;
+  // connection_pool.h); more wait for a thread. 0: max(512, slots + queue + 16).
+  int http_threads = 0;
   SchedulerOptions scheduler;
 };
 
