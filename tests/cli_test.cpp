@@ -258,7 +258,7 @@ TEST(CliErrors, BadOptionValuesAndOutputs) {
   egtest::write_file(dir + "/file", "x");
   expect_error({"synth", "--like", "gemma-3-270m", "-o", dir + "/file/sub"}, "Not a directory");
   expect_error({"synth", "--like", "gemma-9", "-o", dir + "/out"}, "unknown --like");
-  expect_error({"run", "-m", dir + "/file", "-p", "x"}, "not a directory");
+  expect_error({"run", "-m", dir + "/file", "-p", "x"}, "a model is a Hugging Face directory or a .gguf file");
   // A tokenizer from another model is refused.
   const std::string m = copy_model();
   fs::remove(m + "/tokenizer.json");

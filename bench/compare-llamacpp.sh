@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Side-by-side CPU speed of edgegemma and llama.cpp on the same files, in one run, interleaved.
+#
+#   LLAMA_BENCH=/path/to/llama-bench bench/compare-llamacpp.sh [options] ENTRY...
+#
+# ENTRY is a GGUF file that both engines run (gemma-3-1b-q4_0.gguf), or OURS=THEIRS to give each
+# engine its own file of the same model (an HF folder for us, llama.cpp's BF16 GGUF for it:
+# ~/synth/g1b=~/synth/g1b-bf16.gguf).
+# Options: --rounds N (default 3: rounds alternate the engines, so a noisy neighbour hits both),
+#          --threads N (default 2), --reps N (repetitions inside one bench call, default 3),
+#          --depth D (the second depth of the table, default 1024; 0 = depth 0 only),
+#          -p N / -n N (default 512 / 128), --out FILE (also write the table there).
+# Prints one Markdown table: pp and tg at depth 0 and D for both engines (tok/s, the median over
+# rounds of each call's median) and the ratio edgegemma / llama.cpp. Both use an F16 KV cache.
+# Build llama.cpp with ../shared/peers/build-llamacpp.sh (never copy its code: we only run it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=3 threads=2 reps=3 depth=1024 np=512 ng=128 out=""
+entries=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) rounds=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --reps) reps=$2; shift 2 ;;
+    --depth) depth=$2; shift 2 ;;
+    -p) np=$2; shift 2 ;;
+    -n) ng=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -*) echo "compare-llamacpp: unknown option $1" >&2; exit 2 ;;
+    *) entries+=("$1"); shift ;;
+  esac
+done
+[ ${#entries[@]} -gt 0 ] || { echo "compare-llamacpp: no model files given (see --help)" >&2; exit 2; }
+LLAMA_BENCH=${LLAMA_BENCH:?set LLAMA_BENCH to llama.cpp\'s llama-bench binary}
+[ -x "$LLAMA_BENCH" ] || { echo "compare-llamacpp: $LLAMA_BENCH is not executable" >&2; exit 2; }
+EG=${EG:-build/edgegemma}
+[ -x "$EG" ] || { echo "compare-llamacpp: $EG not built (scripts/setup)" >&2; exit 2; }
+depths="0"; [ "$depth" -gt 0 ] && depths="0 $depth"
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+
+for ((r = 1; r <= rounds; r++)); do
+  for e in "${entries[@]}"; do
+    ours=${e%%=*}; theirs=${e#*=}
+    key=$(echo "$e" | md5sum | cut -c1-8)
+    for d in $depths; do
+      echo "round $r/$rounds: edgegemma $ours d$d" >&2
+      OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} "$EG" bench -m "$ours" -p "$np" -n "$ng" --depth "$d" \
+        -t "$threads" -r "$reps" --kv-type f16 --json 2>/dev/null > "$work/eg-$key-$d-$r.json"
+    done
+    echo "round $r/$rounds: llama.cpp $theirs" >&2
+    "$LLAMA_BENCH" -m "$theirs" -p "$np" -n "$ng" -d "${depths// /,}" -t "$threads" -r "$reps" -o json \
+      2>/dev/null > "$work/ll-$key-$r.json"
+  done
+done
+
+python3 - "$work" "$rounds" "$np" "$ng" "$depths" "$threads" "${entries[@]}" <<'EOF' | tee ${out:+"$out"}
+import hashlib, json, statistics, subprocess, sys, os
+work, rounds, np_, ng = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+depths = [int(d) for d in sys.argv[5].split()]
+threads = sys.argv[6]
+entries = sys.argv[7:]
+def key(e): return hashlib.md5((e + "\n").encode()).hexdigest()[:8]
+def med(v): return statistics.median(v) if v else float("nan")
+cols = []
+for d in depths:
+    at = f"@d{d}" if d else ""
+    cols += [(f"pp{np_}{at}", "pp", d), (f"tg{ng}{at}", "tg", d)]
+hdr = "| file | " + " | ".join(f"{c} edgegemma | {c} llama.cpp | ratio" for c, _, _ in cols) + " |"
+print(f"edgegemma vs llama.cpp, {threads} threads, F16 KV, median of {rounds} interleaved rounds (tok/s)\n")
+print(hdr)
+print("|" + "---|" * (1 + 3 * len(cols)))
+for e in entries:
+    k = key(e)
+    row = [os.path.basename(e.split("=")[0].rstrip("/"))]
+    for _, kind, d in cols:
+        ours, theirs = [], []
+        for r in range(1, rounds + 1):
+            try:
+                j = json.load(open(f"{work}/eg-{k}-{d}-{r}.json"))
+                for t in j["tests"]:
+                    if (kind == "pp" and t["n_prompt"] > 0) or (kind == "tg" and t["n_gen"] > 0):
+                        ours.append(t["tok_s"]["median"])
+            except Exception:
+                pass
+            try:
+                for t in json.load(open(f"{work}/ll-{k}-{r}.json")):
+                    if t.get("n_depth", 0) != d: continue
+                    if (kind == "pp" and t["n_prompt"] > 0 and t["n_gen"] == 0) or (kind == "tg" and t["n_gen"] > 0 and t["n_prompt"] == 0):
+                        theirs.append(t["avg_ts"])
+            except Exception:
+                pass
+        a, b = med(ours), med(theirs)
+        row += [f"{a:.1f}", f"{b:.1f}", f"{a / b:.2f}×" if b == b and b > 0 and a == a else "—"]
+    print("| " + " | ".join(row) + " |")
+EOF
