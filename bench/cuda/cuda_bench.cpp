@@ -102,9 +102,9 @@ struct ShapeRow {
 void bench_shapes(gpu::Stream& s, DType t, const std::vector<ShapeRow>& shapes, double bw_gbps,
                   size_t l2_bytes) {
   std::printf("\n%s weights: one matvec (x quantized beforehand; graph of distinct copies)\n", eg::dtype_name(t));
-  std::printf("| shape | MB | auto wk | µs (auto) | GB/s (auto) | %% of copy bw | best wk | µs (best) | GB/s (best) |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
-  double step_us = 0, step_bytes = 0;
+  std::printf("| shape | MB | µs (auto wk) | GB/s | %% of copy bw | best wk | µs (best) | GB/s (best) | µs (PDL) | GB/s (PDL) |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  double step_us = 0, step_pdl_us = 0, step_bytes = 0;
   for (const ShapeRow& sh : shapes) {
     const std::vector<uint8_t> host = make_weight(t, sh.rows, sh.cols, 1);
     const size_t bytes = static_cast<size_t>(sh.rows) * eg::dtype_row_bytes(t, sh.cols);
@@ -130,19 +130,25 @@ void bench_shapes(gpu::Stream& s, DType t, const std::vector<ShapeRow>& shapes, 
       const double us = run(wk);
       if (us < best) best = us, best_wk = wk;
     }
+    gpu::set_programmatic_launch(true);
+    const double us_pdl = run(0);
+    gpu::set_programmatic_launch(false);
     const double gbps = bytes / (us_auto * 1e-6) / 1e9, gbps_best = bytes / (best * 1e-6) / 1e9;
-    std::printf("| %s %lldx%lld | %.2f | - | %.2f | %.0f | %.0f%% | %s | %.2f | %.0f |\n", sh.name,
+    std::printf("| %s %lldx%lld | %.2f | %.2f | %.0f | %.0f%% | %s | %.2f | %.0f | %.2f | %.0f |\n", sh.name,
                 static_cast<long long>(sh.rows), static_cast<long long>(sh.cols), bytes / 1e6, us_auto, gbps,
-                100.0 * gbps / bw_gbps, best_wk ? std::to_string(best_wk).c_str() : "auto", best, gbps_best);
+                100.0 * gbps / bw_gbps, best_wk ? std::to_string(best_wk).c_str() : "auto", best, gbps_best,
+                us_pdl, bytes / (us_pdl * 1e-6) / 1e9);
     step_us += sh.per_step * us_auto;
+    step_pdl_us += sh.per_step * us_pdl;
     step_bytes += static_cast<double>(sh.per_step) * bytes;
   }
-  std::printf("sum over one decode step (counts × µs, auto): %.1f µs for %.1f MB; bound at %.0f GB/s: %.1f µs\n",
-              step_us, step_bytes / 1e6, bw_gbps, step_bytes / (bw_gbps * 1e3));
+  std::printf("sum over one decode step (counts × µs, auto wk): %.1f µs (PDL: %.1f µs) for %.1f MB; bound at %.0f GB/s: %.1f µs\n",
+              step_us, step_pdl_us, step_bytes / 1e6, bw_gbps, step_bytes / (bw_gbps * 1e3));
 }
 
 // One decode step's matvecs with distinct per-layer weights, captured as one graph.
-void bench_step(gpu::Stream& s, DType t, DType lm_t, double bw_gbps) {
+void bench_step(gpu::Stream& s, DType t, DType lm_t, double bw_gbps, bool pdl) {
+  gpu::set_programmatic_launch(pdl);
   constexpr int kLayers = 26;
   const int64_t H = 1152, Q = 1024, KV = 256, F = 6912, V = 262144;
   struct W7 {
@@ -200,8 +206,9 @@ void bench_step(gpu::Stream& s, DType t, DType lm_t, double bw_gbps) {
                         0.0f, res.as<uint64_t>());
   });
   const double bound_layers = bytes / (bw_gbps * 1e3), bound_lm = lm_bytes / (bw_gbps * 1e3);
-  std::printf("\ndecode step of gemma-3-1b, %s layers + %s LM head, one graph (26 × 7 matvecs = 182 kernels)\n",
-              eg::dtype_name(t), eg::dtype_name(lm_t));
+  gpu::set_programmatic_launch(false);
+  std::printf("\ndecode step of gemma-3-1b, %s layers + %s LM head, one graph (26 × 7 matvecs = 182 kernels), PDL %s\n",
+              eg::dtype_name(t), eg::dtype_name(lm_t), pdl ? "on" : "off");
   std::printf("| part | MB | µs | bound µs | GB/s | %% of bound |\n|---|---|---|---|---|---|\n");
   std::printf("| 182 layer matvecs | %.1f | %.1f | %.1f | %.0f | %.0f%% |\n", bytes / 1e6, layers_us, bound_layers,
               bytes / (layers_us * 1e3), 100 * bound_layers / layers_us);
@@ -232,8 +239,20 @@ int main(int argc, char** argv) {
         {"q", 1024, 1152, 26},      {"k/v", 256, 1152, 52},      {"o", 1152, 1024, 26},
         {"gate/up", 6912, 1152, 52}, {"down", 1152, 6912, 26},   {"lm_head", 262144, 1152, 1}};
     for (DType t : {DType::Q4_0, DType::Q8_0, DType::BF16}) bench_shapes(s, t, shapes, bw, info.l2_bytes);
-    bench_step(s, DType::Q4_0, DType::Q4_0, bw);
-    bench_step(s, DType::Q4_0, DType::Q8_0, bw);
+    {  // the floor: a one-CTA kernel (quantize_act of 32 values), 256 of them in one graph
+      gpu::DeviceBuffer x(32 * 4), act(gpu::act_q8_bytes(32));
+      x.zero();
+      for (bool pdl : {false, true}) {
+        gpu::set_programmatic_launch(pdl);
+        const double us = time_us_per_call(s, 256, [&](int) { gpu::quantize_act(s, x.as<float>(), 32, act.data()); });
+        std::printf("\nfloor: one tiny kernel in a graph, PDL %s: %.2f µs\n", pdl ? "on" : "off", us);
+      }
+      gpu::set_programmatic_launch(false);
+    }
+    for (bool pdl : {false, true}) {
+      bench_step(s, DType::Q4_0, DType::Q4_0, bw, pdl);
+      bench_step(s, DType::Q4_0, DType::Q8_0, bw, pdl);
+    }
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cuda_bench: %s\n", e.what());

@@ -1,4 +1,5 @@
 // Device query, streams, device buffers, graphs and event timers (cuda_backend.h).
+#include <atomic>
 #include <utility>
 
 #include "backend/cuda/cuda_backend.h"
@@ -6,6 +7,24 @@
 
 namespace eg::cuda {
 using detail::stream_of;
+
+namespace {
+std::atomic<bool> g_pdl{false};
+}
+
+bool detail::pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
+
+bool set_programmatic_launch(bool on) {
+#if CUDART_VERSION >= 12000
+  g_pdl.store(on, std::memory_order_relaxed);
+  return on;
+#else
+  (void)on;
+  return false;
+#endif
+}
+
+bool programmatic_launch() { return g_pdl.load(std::memory_order_relaxed); }
 
 bool device_available() {
   int n = 0;
@@ -95,7 +114,9 @@ void DeviceBuffer::download(void* host, size_t n, size_t offset) const {
 }
 
 void DeviceBuffer::zero() {
-  if (bytes_) EG_CUDA_CHECK(cudaMemset(ptr_, 0, bytes_));
+  if (!bytes_) return;
+  EG_CUDA_CHECK(cudaMemset(ptr_, 0, bytes_));
+  EG_CUDA_CHECK(cudaDeviceSynchronize());  // synchronous, like the copies (streams are non-blocking)
 }
 
 Graph::~Graph() {

@@ -166,6 +166,13 @@ ArgmaxResult decode_argmax(uint64_t key);
 void rmsnorm(const Stream& s, const float* x_dev, int64_t rows, int64_t n, const float* w_dev,
              float w_offset, float eps, float* y_dev, void* act_dev = nullptr);
 
+/// Programmatic dependent launch (Hopper, built with CUDA ≥ 12): each kernel may be scheduled
+/// while the previous one drains; it prefetches its weights into L2, then waits for the previous
+/// kernel's results (griddepcontrol.wait). Off by default. Returns whether it is now on (false
+/// when requested on a CUDA 11 build). Process-wide; set it before capturing graphs.
+bool set_programmatic_launch(bool on);
+bool programmatic_launch();
+
 // ---- Graphs and timing ----------------------------------------------------------------------
 
 /// A captured CUDA graph: begin_capture(s), enqueue work on s, end_capture(), then launch() any

@@ -28,7 +28,6 @@ namespace {
 constexpr int kThreads = 256;  // 8 warps per CTA
 constexpr int kWarps = kThreads / 32;
 constexpr int kLanesPerRow = 32 / kTileRows;  // 4: lanes that split one row's chunks
-constexpr int kUnroll = 4;
 
 // One 16-byte load that does not allocate in L1 (streamed weights).
 __device__ __forceinline__ uint4 ld_stream(const void* p) {
@@ -63,6 +62,7 @@ struct Chunk;
 template <>
 struct Chunk<DType::Q4_0> {
   static constexpr int kBytes = 16;
+  static constexpr int kUnroll = 6;  // loads in flight per lane
   struct Raw { uint4 q; uint16_t d; };
   static __device__ __forceinline__ Raw load(const Args& a, size_t slot) {
     return {ld_stream(a.data + slot * kBytes), __ldg(a.scales + slot)};
@@ -89,6 +89,7 @@ struct Chunk<DType::Q4_0> {
 template <>
 struct Chunk<DType::Q8_0> {
   static constexpr int kBytes = 32;
+  static constexpr int kUnroll = 4;
   struct Raw { uint4 lo, hi; uint16_t d; };
   static __device__ __forceinline__ Raw load(const Args& a, size_t slot) {
     const uint8_t* p = a.data + slot * kBytes;
@@ -120,6 +121,7 @@ __device__ __forceinline__ float2 unpack2(unsigned u, DType t) {
 template <DType T>
 struct FloatChunk {
   static constexpr int kBytes = 16;
+  static constexpr int kUnroll = 8;
   struct Raw { uint4 q; };
   static __device__ __forceinline__ Raw load(const Args& a, size_t slot) {
     return {ld_stream(a.data + slot * kBytes)};
@@ -154,8 +156,9 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, int64_t row) {
 }
 
 template <DType T, bool kArgmax>
-__global__ void __launch_bounds__(kThreads) matvec_kernel(const Args a) {
+__global__ void __launch_bounds__(kThreads, 4) matvec_kernel(Args a) {
   using C = Chunk<T>;
+  constexpr int kUnroll = C::kUnroll;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int r = lane % kTileRows, s = lane / kTileRows;
   const int tiles_per_cta = kWarps / a.wk;
@@ -164,6 +167,24 @@ __global__ void __launch_bounds__(kThreads) matvec_kernel(const Args a) {
   __shared__ float part[kWarps][kTileRows];
   __shared__ unsigned long long best_w[kWarps];
   unsigned long long best = 0;
+
+  // The weights never depend on the previous kernel: start this warp's first loads into L2,
+  // then wait for the previous kernel (PDL; a no-op otherwise) before reading the activation.
+  {
+    const int64_t tile = static_cast<int64_t>(blockIdx.x) * tiles_per_cta + tile_in_cta;
+    if (tile < a.ntiles) {
+      const size_t tbase = static_cast<size_t>(tile) * a.n_chunks;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = kslice * kLanesPerRow + s + u * cstep;
+        if (c < a.n_chunks) {
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(a.data + ((tbase + c) * kTileRows + r) * C::kBytes));
+        }
+      }
+    }
+  }
+  detail::pdl_trigger();
+  detail::pdl_wait();
 
   for (int64_t g = blockIdx.x; g * tiles_per_cta < a.ntiles; g += gridDim.x) {
     const int64_t tile = g * tiles_per_cta + tile_in_cta;
@@ -270,13 +291,15 @@ void launch(const Stream& s, const DeviceWeight& W, const float* x, const void* 
   // The LM head loops over tile groups so that each CTA does one atomic at the end.
   const int64_t grid = kArgmax ? std::min<int64_t>(groups, static_cast<int64_t>(s.sm_count()) * 8) : groups;
   cudaStream_t st = detail::stream_of(s.handle());
+  // The LM head follows its result word's memset, which is no kernel: launched plainly.
+  const bool pdl = !kArgmax && detail::pdl_enabled();
+  const dim3 g(static_cast<unsigned>(grid)), b(kThreads);
   switch (W.dtype) {
-    case DType::Q4_0: matvec_kernel<DType::Q4_0, kArgmax><<<grid, kThreads, 0, st>>>(a); break;
-    case DType::Q8_0: matvec_kernel<DType::Q8_0, kArgmax><<<grid, kThreads, 0, st>>>(a); break;
-    case DType::F16: matvec_kernel<DType::F16, kArgmax><<<grid, kThreads, 0, st>>>(a); break;
-    default: matvec_kernel<DType::BF16, kArgmax><<<grid, kThreads, 0, st>>>(a); break;
+    case DType::Q4_0: detail::launch_kernel(matvec_kernel<DType::Q4_0, kArgmax>, g, b, st, pdl, a); break;
+    case DType::Q8_0: detail::launch_kernel(matvec_kernel<DType::Q8_0, kArgmax>, g, b, st, pdl, a); break;
+    case DType::F16: detail::launch_kernel(matvec_kernel<DType::F16, kArgmax>, g, b, st, pdl, a); break;
+    default: detail::launch_kernel(matvec_kernel<DType::BF16, kArgmax>, g, b, st, pdl, a); break;
   }
-  EG_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace

@@ -32,6 +32,8 @@ __device__ __forceinline__ void quantize_block_warp(float v, int lane, int64_t b
 __global__ void quantize_act_kernel(const float* x, int64_t nblocks, int8_t* qs, int2* meta) {
   const int64_t b = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
+  detail::pdl_trigger();
+  detail::pdl_wait();
   if (b >= nblocks) return;  // whole warps leave together (blockDim is a multiple of 32)
   quantize_block_warp(x[b * 32 + lane], lane, b, qs, meta);
 }
@@ -41,6 +43,8 @@ __global__ void quantize_act_kernel(const float* x, int64_t nblocks, int8_t* qs,
 __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* x, int64_t n, const float* w,
                                                               float w_offset, float eps, float* y,
                                                               int8_t* act) {
+  detail::pdl_trigger();
+  detail::pdl_wait();
   const int64_t row = blockIdx.x;
   const float* xr = x + row * n;
   float* yr = y + row * n;
@@ -87,8 +91,8 @@ void quantize_act(const Stream& s, const float* x_dev, int64_t K, void* act_dev)
   auto* meta = reinterpret_cast<int2*>(qs + K);
   constexpr int kWarpsPerCta = 8;
   const int64_t grid = (nblocks + kWarpsPerCta - 1) / kWarpsPerCta;
-  quantize_act_kernel<<<grid, kWarpsPerCta * 32, 0, detail::stream_of(s.handle())>>>(x_dev, nblocks, qs, meta);
-  EG_CUDA_CHECK_LAUNCH();
+  detail::launch_kernel(quantize_act_kernel, dim3(static_cast<unsigned>(grid)), dim3(kWarpsPerCta * 32),
+                        detail::stream_of(s.handle()), detail::pdl_enabled(), x_dev, nblocks, qs, meta);
 }
 
 void rmsnorm(const Stream& s, const float* x_dev, int64_t rows, int64_t n, const float* w_dev,
@@ -99,9 +103,9 @@ void rmsnorm(const Stream& s, const float* x_dev, int64_t rows, int64_t n, const
   if (act_dev && n % 32 != 0) {
     throw Error("CUDA rmsnorm: a quantized output needs n % 32 == 0 (n = " + std::to_string(n) + ")");
   }
-  rmsnorm_kernel<<<rows, kNormThreads, 0, detail::stream_of(s.handle())>>>(
-      x_dev, n, w_dev, w_offset, eps, y_dev, static_cast<int8_t*>(act_dev));
-  EG_CUDA_CHECK_LAUNCH();
+  detail::launch_kernel(rmsnorm_kernel, dim3(static_cast<unsigned>(rows)), dim3(kNormThreads),
+                        detail::stream_of(s.handle()), detail::pdl_enabled(), x_dev, n, w_dev, w_offset, eps,
+                        y_dev, static_cast<int8_t*>(act_dev));
 }
 
 }  // namespace eg::cuda
