@@ -1,0 +1,74 @@
+// Internal helpers of the CUDA backend (CUDA types allowed: included by .cu files only).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <string>
+#include <utility>
+
+#include "core/error.h"
+
+namespace eg::cuda::detail {
+
+[[noreturn]] inline void fail(cudaError_t e, const char* what, const char* file, int line) {
+  throw Error(std::string("CUDA: ") + what + " failed: " + cudaGetErrorString(e) + " (" + file +
+              ":" + std::to_string(line) + ")");
+}
+
+inline cudaStream_t stream_of(void* h) { return static_cast<cudaStream_t>(h); }
+
+// Programmatic dependent launch (PDL, sm_90 + CUDA 12): a kernel launched with it may start while
+// the previous kernel on the stream drains. Every kernel of this backend calls pdl_trigger() and
+// pdl_wait() before it reads anything an earlier kernel wrote (and before it writes anything),
+// so enabling it is safe; both are no-ops without a programmatic dependency or below sm_90.
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/// Launches kernel k<<<grid, block, 0, st>>>(args...), with PDL when `pdl` (CUDA 12+ only).
+template <class... P, class... A>
+void launch_kernel(void (*k)(P...), dim3 grid, dim3 block, cudaStream_t st, bool pdl, A&&... args) {
+#if CUDART_VERSION >= 12000
+  if (pdl) {
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim = grid;
+    lc.blockDim = block;
+    lc.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    lc.attrs = at;
+    lc.numAttrs = 1;
+    const cudaError_t e = cudaLaunchKernelEx(&lc, k, std::forward<A>(args)...);
+    if (e != cudaSuccess) fail(e, "cudaLaunchKernelEx", __FILE__, __LINE__);
+    return;
+  }
+#endif
+  (void)pdl;
+  k<<<grid, block, 0, st>>>(std::forward<A>(args)...);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) fail(e, "kernel launch", __FILE__, __LINE__);
+}
+
+/// The process-wide PDL switch (cuda_backend.h: set_programmatic_launch).
+bool pdl_enabled();
+
+}  // namespace eg::cuda::detail
+
+#define EG_CUDA_CHECK(call)                                                        \
+  do {                                                                             \
+    const cudaError_t eg_cuda_err_ = (call);                                       \
+    if (eg_cuda_err_ != cudaSuccess) {                                             \
+      ::eg::cuda::detail::fail(eg_cuda_err_, #call, __FILE__, __LINE__);           \
+    }                                                                              \
+  } while (0)
+
+/// After a kernel launch: reports a bad launch configuration at once (asynchronous faults are
+/// reported by the next synchronising call).
+#define EG_CUDA_CHECK_LAUNCH() EG_CUDA_CHECK(cudaGetLastError())
