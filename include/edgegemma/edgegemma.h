@@ -107,7 +107,8 @@ void eg_session_free(eg_session* session);
 int eg_session_set_system(eg_session* session, const char* text);
 /* Chat mode: appends a message (role "user", "assistant", "system"...) without computing. */
 int eg_session_add_message(eg_session* session, const char* role, const char* content);
-/* Raw mode: appends text to the context and prefills it. */
+/* Raw mode: appends text to the context and prefills it (an empty context gets exactly one <bos>
+ * first, whatever the tokenizer's add_bos_token says; chat mode prompts start with one too). */
 int eg_session_append_text(eg_session* session, const char* text);
 /* Prefill-while-typing: the whole text typed so far; returns at once (background prefill). */
 int eg_session_update_input(eg_session* session, const char* text);

@@ -98,8 +98,8 @@ int run(const RunArgs& a) {
       throw Error("model has no chat template (" + dir + "): --chat needs one");
     const std::string rendered = ChatTemplate(lm->chat_template()).render(msgs, opt);
     // As transformers' apply_chat_template(tokenize=True): the template writes the BOS text
-    // itself, so none is added (exactly one BOS reaches the model).
-    prompt = lm->encode_prompt(rendered, /*no_bos=*/true);
+    // itself; encode_prompt keeps exactly that one (and adds one if a template writes none).
+    prompt = lm->encode_prompt(rendered, a.no_bos);
   } else {
     prompt = lm->encode_prompt(text, a.no_bos);
   }
@@ -198,7 +198,7 @@ Action register_run(CLI::App& app) {
   app.add_flag("--stats", a->stats, "print load time, TTFT, prefill/decode tok/s, peak RSS to stderr");
   app.add_flag("--json", a->json,
                "print one JSON object: prompt_ids, generated_ids, text, finish_reason, context_full, seed, stats");
-  app.add_flag("--no-bos", a->no_bos, "do not add <bos> (for text that already carries it)");
+  app.add_flag("--no-bos", a->no_bos, "do not add <bos> (a <bos> the text or the chat template writes itself stays)");
   app.add_flag("--ignore-eos", a->ignore_eos, "keep generating through <eos>/<end_of_turn>");
   return [a] { return run(*a); };
 }

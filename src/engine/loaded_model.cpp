@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "engine/prompt_bos.h"
 #include "format/gguf.h"
 #include "tokenizer/chat_template.h"
 #include "model/gguf_model.h"
@@ -94,9 +95,8 @@ std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path, DeviceRe
 void LoadedModel::use_device(DeviceRequest device) { exec_ = make_executor(*model_, device); }
 
 std::vector<int32_t> LoadedModel::encode_prompt(const std::string& text, bool no_bos) const {
-  std::vector<int32_t> ids = tokenizer_.encode(text, tokenizer_.add_bos() && !no_bos, true);
-  const int32_t bos = tokenizer_.bos_id();
-  if (bos >= 0 && ids.size() >= 2 && ids[0] == bos && ids[1] == bos) ids.erase(ids.begin());
+  std::vector<int32_t> ids = tokenizer_.encode(text, /*add_bos=*/false, /*parse_special=*/true);
+  apply_prompt_bos(tokenizer_, ids, !no_bos);
   return ids;
 }
 

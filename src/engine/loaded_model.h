@@ -43,8 +43,9 @@ class LoadedModel {
   /// Things the user should know ("vision tower ignored: text-only inference").
   const std::vector<std::string>& notes() const { return notes_; }
 
-  /// Prompt text -> ids with exactly one BOS at the start: add_bos follows the tokenizer's
-  /// add_bos_token unless `no_bos`; a duplicate BOS (text that already starts with "<bos>") is
+  /// Prompt text -> ids with exactly one BOS at the start, whatever the tokenizer's
+  /// add_bos_token says (engine/prompt_bos.h), unless `no_bos` (then none is added; a "<bos>" the
+  /// text itself starts with stays). A duplicate BOS (text that already starts with "<bos>") is
   /// removed. Special-token text is parsed as special tokens.
   std::vector<int32_t> encode_prompt(const std::string& text, bool no_bos) const;
 

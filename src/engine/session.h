@@ -17,8 +17,8 @@
 //    system turn: the system text is folded into the first user turn by the template (Gemma 3)
 //    or by ChatTemplate's fold rule (Gemma 2). After generate() the answer is appended as an
 //    "assistant" message whose content is the decoded answer without the end-of-turn token.
-//  - raw mode: the context is a token sequence; append_text() adds text (with BOS at the very
-//    start per the tokenizer's add_bos_token; special-token text is parsed, as `run` does) and
+//  - raw mode: the context is a token sequence; append_text() adds text (with exactly one BOS at
+//    the very start, engine/prompt_bos.h; special-token text is parsed, as `run` does) and
 //    generate() continues it; the generated ids become part of the context.
 //
 // The draft (prefill-while-typing). update_input(text so far) sets the draft: in chat mode the
@@ -177,8 +177,9 @@ class Session {
   void set_system(const std::string& text);
   /// Chat mode: appends a message (no computation until the next prefill/generate).
   void add_message(const std::string& role, const std::string& content);
-  /// Raw mode: tokenizes `text` and appends it to the context (BOS first when the context is
-  /// empty and the tokenizer adds one), then prefills synchronously.
+  /// Raw mode: tokenizes `text` and appends it to the context (exactly one BOS first when the
+  /// context is empty, whatever add_bos_token says: engine/prompt_bos.h), then prefills
+  /// synchronously.
   void append_text(const std::string& text);
   /// Raw mode: appends token ids (each must be < vocab size, else eg::Error) and prefills.
   void append_tokens(const std::vector<int32_t>& ids);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "engine/prompt_bos.h"
 #include "engine/session.h"
 
 namespace eg {
@@ -113,7 +114,7 @@ PromptEncoder::Rendered PromptEncoder::render(const std::vector<ChatMessage>& ms
 
 std::vector<int32_t> PromptEncoder::encode(const std::string& text,
                                            const std::vector<std::pair<size_t, size_t>>& protect,
-                                           size_t cut) const {
+                                           size_t cut, bool add_bos) const {
   const size_t n = std::min(cut, text.size());
   std::vector<int32_t> out;
   size_t span_begin = 0;  // start of the current plain-text span
@@ -152,6 +153,7 @@ std::vector<int32_t> PromptEncoder::encode(const std::string& text,
     span_begin = i;
   }
   flush_span(n);
+  apply_prompt_bos(tok_, out, add_bos);  // Gemma templates write "<bos>": never a second one
   return out;
 }
 

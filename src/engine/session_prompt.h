@@ -57,10 +57,11 @@ class PromptEncoder {
   bool template_uses_tools() const { return uses_tools_; }
 
   /// Ids of text[0, cut) (cut clipped to the text size) where special tokens are parsed only
-  /// outside `protect` ranges; no BOS is added (Gemma templates write "<bos>").
+  /// outside `protect` ranges, starting with exactly one <bos> (the "<bos>" Gemma templates write;
+  /// one is inserted when a template writes none) unless !add_bos (engine/prompt_bos.h).
   std::vector<int32_t> encode(const std::string& text,
                               const std::vector<std::pair<size_t, size_t>>& protect,
-                              size_t cut = std::string::npos) const;
+                              size_t cut = std::string::npos, bool add_bos = true) const;
 
  private:
   const Tokenizer& tok_;

@@ -310,6 +310,7 @@ GenRequest parse_chat_request(const json& b, const RequestContext& ctx) {
   if (r.format != GenRequest::Format::Text && (r.tool_choice == "required" || r.tool_choice == "function"))
     bad("response_format", "response_format cannot be combined with a required tool call");
 
+  const bool add_bos = get_bool(b, "add_bos", true);
   const json* msgs = field(b, "messages");
   if (!msgs) bad("messages", "'messages' is required");
   if (!msgs->is_array()) bad("messages", "'messages' must be an array");
@@ -342,7 +343,7 @@ GenRequest parse_chat_request(const json& b, const RequestContext& ctx) {
   }
   try {
     PromptEncoder::Rendered rendered = ctx.encoder.render(conv, true, &extras);
-    r.prompt = ctx.encoder.encode(rendered.text, rendered.content);
+    r.prompt = ctx.encoder.encode(rendered.text, rendered.content, std::string::npos, add_bos);
   } catch (const ApiError&) {
     throw;
   } catch (const Error& e) {
@@ -371,7 +372,7 @@ GenRequest parse_completion_request(const json& b, const RequestContext& ctx) {
     bad("prompt", "'prompt' must be a string (or an array of one string)");
   }
   if (text.empty()) bad("prompt", "'prompt' must not be empty");
-  r.prompt = ctx.model.encode_prompt(text, false);
+  r.prompt = ctx.model.encode_prompt(text, /*no_bos=*/!get_bool(b, "add_bos", true));
   fit_context(r, ctx, get_int(b, "max_tokens", 0, 1 << 30).value_or(16));
   if (r.max_tokens == 0) bad("max_tokens", "'max_tokens' must be at least 1");
   return r;

@@ -7,7 +7,9 @@
 // max_tokens / max_completion_tokens, temperature, top_p, seed, stop (string or array),
 // presence_penalty, frequency_penalty, logit_bias, n (1 only), response_format (text, json_object,
 // json_schema), tools, tool_choice; extensions: preset (precise/balanced/creative/code), top_k,
-// min_p, repeat_penalty, repeat_last_n, ignore_eos (generate through end-of-turn), timeout (seconds, at most the server's). Unknown fields are ignored (as OpenAI-compatible servers
+// min_p, repeat_penalty, repeat_last_n, ignore_eos (generate through end-of-turn), timeout (seconds, at most the server's),
+// add_bos (boolean, default true: the prompt starts with exactly one <bos>, engine/prompt_bos.h;
+// false: none is added, a "<bos>" the template or the prompt text writes stays). Unknown fields are ignored (as OpenAI-compatible servers
 // do); fields we cannot honour (n > 1, logprobs, images) are 400.
 // /v1/completions: prompt (a string, or an array of one string), the same sampling fields,
 // max_tokens (default 16, as OpenAI), echo false only.

@@ -342,60 +342,72 @@ StreamingDetokenizer::StreamingDetokenizer(const Tokenizer& tok, bool skip_speci
 
 namespace {
 
-// Emits the complete characters at the front of `pending` (and U+FFFD for each byte that
-// cannot start a valid character); keeps a possibly incomplete character at the end.
-std::string drain_complete(std::string& pending) {
-  std::string out;
+// True when `run` is valid UTF-8 or a proper prefix of valid UTF-8 (its last character may be
+// incomplete): the bytes that follow could still make the whole run valid.
+bool may_become_valid(std::string_view run) {
   size_t i = 0;
-  while (i < pending.size()) {
+  while (i < run.size()) {
     size_t len = 0;
-    const auto st = utf8::check_char(std::string_view(pending).substr(i), &len);
-    if (st == utf8::CharStatus::kIncomplete) break;
-    if (st == utf8::CharStatus::kValid) {
-      out.append(pending, i, len);
-      i += len;
-    } else {
-      out += utf8::kReplacement;
-      ++i;
-    }
+    const auto st = utf8::check_char(run.substr(i), &len);
+    if (st == utf8::CharStatus::kIncomplete) return true;
+    if (st == utf8::CharStatus::kInvalid) return false;
+    i += len;
   }
-  pending.erase(0, i);
-  return out;
+  return true;
 }
 
-std::string replacement_per_byte(std::string& pending) {
+std::string replacements(size_t n) {
   std::string out;
-  for (size_t i = 0; i < pending.size(); ++i) out += utf8::kReplacement;
-  pending.clear();
+  out.reserve(n * utf8::kReplacement.size());
+  for (size_t i = 0; i < n; ++i) out += utf8::kReplacement;
   return out;
 }
 
 }  // namespace
 
+// HF's ByteFallback decides a run of consecutive byte pieces only when it ends (decode(): the run
+// as a whole is its UTF-8 text, or one U+FFFD per byte), so a run is held back while it may still
+// become valid UTF-8: a later stray byte turns even its complete characters into U+FFFD. Once the
+// run can no longer be valid, its U+FFFDs are final: they are emitted at once, and so is one per
+// further byte of the run.
+std::string StreamingDetokenizer::end_byte_run() {
+  std::string out;
+  if (!run_invalid_ && !pending_.empty())
+    out = utf8::is_valid(pending_) ? pending_ : replacements(pending_.size());
+  pending_.clear();
+  run_invalid_ = false;
+  return out;
+}
+
 std::string StreamingDetokenizer::push(int32_t id) {
   const Tokenizer::Impl& im = *tok_.impl_;
-  if (!im.valid_id(id)) return std::string();
-  if (skip_special_ && im.id_special[id]) return std::string();
+  if (!im.valid_id(id)) return std::string();             // decode() drops unknown ids
+  if (skip_special_ && im.id_special[id]) return std::string();  // and skipped specials (no run break)
+  int byte = -1;
+  std::string text = im.stream_piece(id, &byte);
   if (!im.streaming_simple) {
-    // Generic decoders: decode everything so far and emit the new suffix once it no longer ends
-    // in U+FFFD (a possibly incomplete character).
+    // Generic decoders: decode everything so far, and emit the new part of the decode of the ids
+    // up to the last one that is not a byte piece (a trailing byte run is still undecided).
     ids_.push_back(id);
-    const std::string full = im.decode(ids_, skip_special_);
-    if (full.size() >= utf8::kReplacement.size() &&
-        std::string_view(full).substr(full.size() - utf8::kReplacement.size()) == utf8::kReplacement)
-      return std::string();
-    if (full.compare(0, emitted_text_.size(), emitted_text_) != 0) return std::string();
+    if (byte < 0) stable_ = ids_.size();
+    if (stable_ == 0) return std::string();
+    const std::string full = im.decode(std::vector<int32_t>(ids_.begin(), ids_.begin() + stable_), skip_special_);
+    if (full.size() < emitted_text_.size() || full.compare(0, emitted_text_.size(), emitted_text_) != 0)
+      return std::string();  // (a decoder that rewrites earlier text: flush() emits the rest)
     std::string out = full.substr(emitted_text_.size());
     emitted_text_ = full;
     return out;
   }
-  int byte = -1;
-  std::string text = im.stream_piece(id, &byte);
   if (byte >= 0) {
+    if (run_invalid_) return std::string(utf8::kReplacement);
     pending_.push_back(static_cast<char>(byte));
-    return drain_complete(pending_);
+    if (may_become_valid(pending_)) return std::string();
+    std::string out = replacements(pending_.size());
+    pending_.clear();
+    run_invalid_ = true;
+    return out;
   }
-  std::string out = replacement_per_byte(pending_);  // an unfinished character before `text`
+  std::string out = end_byte_run();
   out += text;
   return out;
 }
@@ -409,9 +421,10 @@ std::string StreamingDetokenizer::flush() {
                           : std::string();
     ids_.clear();
     emitted_text_.clear();
+    stable_ = 0;
     return out;
   }
-  return replacement_per_byte(pending_);
+  return end_byte_run();  // a dangling run: its text if valid, else one U+FFFD per byte
 }
 
 }  // namespace eg

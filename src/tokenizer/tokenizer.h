@@ -94,27 +94,32 @@ class Tokenizer {
   friend class StreamingDetokenizer;
 };
 
-/// Turns a stream of ids into UTF-8 text pieces without ever emitting a partial UTF-8 character:
-/// bytes of an incomplete character (byte-fallback pieces of a CJK char or emoji) are held back
-/// until the character completes. push() returns the newly completed text (possibly "").
-/// Concatenating all push() results plus flush() equals decode(all ids).
-/// (One exception, for ids no text encodes to: decode() turns a whole run of consecutive byte
-/// pieces into one U+FFFD per byte as soon as any part of the run is invalid UTF-8, while push()
-/// has already emitted the run's valid characters; it emits U+FFFD per invalid byte only.)
-/// After flush() the detokenizer can be reused for a new stream.
+/// Turns a stream of ids into UTF-8 text pieces, piece by piece, such that the concatenation of
+/// all push() results plus flush() always equals decode(all ids) (HF's decode), and no piece ever
+/// holds part of a character. Text is held back only while it is undecided: HF's ByteFallback
+/// turns a run of consecutive byte pieces ("<0xE5><0x8F><0xAB>") into its UTF-8 text when the
+/// whole run is valid, else into one U+FFFD per byte, so a run is held until a non-byte piece
+/// ends it (or flush()), unless it can no longer become valid UTF-8: then its U+FFFDs are emitted
+/// at once, and one per further byte of the run. After flush() the detokenizer can be reused.
 class StreamingDetokenizer {
  public:
   explicit StreamingDetokenizer(const Tokenizer& tok, bool skip_special = false);
   std::string push(int32_t id);
-  /// Emits what is held back (an incomplete tail becomes U+FFFD as in decode()).
+  /// Emits what is held back (a dangling byte run: its text if it is valid UTF-8, else one
+  /// U+FFFD per byte, as decode()).
   std::string flush();
 
  private:
+  std::string end_byte_run();
+
   const Tokenizer& tok_;
   bool skip_special_;
-  std::string pending_;  // raw bytes not yet emitted
-  // Only for decoders other than Gemma's Replace+ByteFallback+Fuse: ids so far, text emitted.
+  std::string pending_;       // bytes of the current byte run while it may still become valid
+  bool run_invalid_ = false;  // the current byte run is invalid (its U+FFFDs already emitted)
+  // Only for decoders other than Gemma's Replace+ByteFallback+Fuse: ids so far, how many of them
+  // end at a non-byte piece (decided), text emitted.
   std::vector<int32_t> ids_;
+  size_t stable_ = 0;
   std::string emitted_text_;
 };
 

@@ -68,8 +68,8 @@ struct Tokenizer::Impl {
   }
   void encode(std::string_view text, bool parse_special, std::vector<int32_t>& out) const;
   std::string decode(const std::vector<int32_t>& ids, bool skip_special) const;
-  /// A token's text after the decoder's per-token Replace steps (streaming_simple only); sets
-  /// *byte to the byte value when it is a byte-fallback piece "<0xNN>", else -1.
+  /// A token's text after the decoder's Replace steps that precede ByteFallback; sets *byte to
+  /// the byte value when ByteFallback reads it as a byte piece "<0xNN>", else -1.
   std::string stream_piece(int32_t id, int* byte) const;
 
   // ---- loading (tokenizer_load.cpp) ----
