@@ -199,9 +199,8 @@ TEST(PerplexityCli, LlamaMethodMatchesLlamaCppRunningPpl) {
   ASSERT_TRUE(std::equal(part.begin(), part.begin() + 6 * 512, all.begin()));  // same chunks as the whole file
   EXPECT_EQ(all.size(), 75162u);  // ../shared/models/gguf/README.md (146 chunks)
   EXPECT_EQ(run["n_chunks"], 146);
-  std::vector<double> running;
-  eg::perplexity_llama(*m, std::vector<int32_t>(part.begin(), part.begin() + 6 * 512), 512, tok.bos_id(),
-                       [&](int, int, double p) { running.push_back(p); });
+  const std::vector<double> running =
+      eg::perplexity_llama(*m, std::vector<int32_t>(part.begin(), part.begin() + 6 * 512), 512, tok.bos_id()).running_ppl;
   ASSERT_EQ(running.size(), 6u);
   for (int c = 0; c < 6; ++c) {
     const double want = run["running_ppl_after_each_chunk"][c];

@@ -1,8 +1,6 @@
 // `edgegemma perplexity`: perplexity of a model over a text file, by our default method
 // (../shared/models/README.md: documents as <bos> text <eos>, spans of ctx+1 tokens) or
 // llama-perplexity's (--method llama: ../shared/models/gguf/README.md). See engine/perplexity.h.
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,6 +10,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/progress.h"
 #include "engine/loaded_model.h"
 #include "engine/perplexity.h"
 
@@ -24,7 +23,7 @@ struct PplArgs {
   std::string file;
   int ctx = 512;
   std::string method = "default";
-  bool json = false;
+  bool json = false, quiet = false;
   int threads = 0;
   std::string save_top1;  // write the argmax id of every scored position (one per line)
   std::string top1_ref;   // compare with such a file: top-1 agreement
@@ -80,15 +79,6 @@ int run_perplexity(const PplArgs& a) {
   if (llama && stream.size() < 2 * static_cast<size_t>(a.ctx))
     throw Error(a.file + " has " + std::to_string(stream.size()) + " tokens; --method llama needs at least 2 x ctx = " +
                 std::to_string(2 * static_cast<int64_t>(a.ctx)) + " (as llama-perplexity; use a smaller --ctx)");
-  const bool tty = isatty(STDERR_FILENO);
-  const PerplexityProgress progress = [tty](int done, int total, double ppl) {
-    if (tty) {
-      std::fprintf(stderr, "\rperplexity: %d/%d, ppl %.4f%s", done, total, ppl, done == total ? "\n" : "");
-    } else if (done == total || done % std::max(1, total / 10) == 0) {
-      std::fprintf(stderr, "perplexity: %d/%d, ppl %.4f\n", done, total, ppl);
-    }
-    std::fflush(stderr);
-  };
   std::vector<int32_t> ref;
   if (!a.top1_ref.empty()) {
     ref = read_ids(a.top1_ref);
@@ -99,12 +89,14 @@ int run_perplexity(const PplArgs& a) {
                   std::to_string(predictions) + " (same file, --ctx and --method needed; a GGUF tokenizer that splits "
                   "the text differently also differs)");
   }
-  std::fprintf(stderr, "perplexity: %s, %zu tokens, ctx %d, method %s\n", a.file.c_str(), stream.size(), a.ctx,
-               a.method.c_str());
+  ProgressReporter progress(ProgressReporter::stderr_options(a.quiet));
+  if (!a.quiet)
+    progress.message("perplexity: " + a.file + ", " + std::to_string(stream.size()) + " tokens, ctx " +
+                     std::to_string(a.ctx) + ", method " + a.method);
   std::vector<int32_t> top1;
   std::vector<int32_t>* want_top1 = a.save_top1.empty() && a.top1_ref.empty() ? nullptr : &top1;
-  const PerplexityResult r = llama ? perplexity_llama(lm->model(), stream, a.ctx, tok.bos_id(), progress, want_top1)
-                                   : perplexity(lm->model(), stream, a.ctx, progress, want_top1);
+  const PerplexityResult r = llama ? perplexity_llama(lm->model(), stream, a.ctx, tok.bos_id(), &progress, want_top1)
+                                   : perplexity(lm->model(), stream, a.ctx, &progress, want_top1);
   if (!a.save_top1.empty()) {
     std::string out;
     for (int32_t id : top1) out += std::to_string(id) + "\n";
@@ -155,6 +147,7 @@ Action register_perplexity(CLI::App& app) {
                  "(transformers reference); llama: llama-perplexity's chunks, second half scored")
       ->check(CLI::IsMember({"default", "llama"}));
   app.add_flag("--json", a->json, "print one JSON object (ppl, tokens, ctx, method, chunks, predictions, seconds)");
+  app.add_flag("-q,--quiet", a->quiet, "no progress on stderr (errors still)");
   app.add_option("-t,--threads", a->threads, "CPU threads, 1..1024 (default: all cores)")
       ->check(CLI::Range(0, 1024, "a thread count"));
   app.add_option("--save-top1", a->save_top1, "write the argmax id of every scored position to FILE (one per line)");

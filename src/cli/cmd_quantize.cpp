@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "model/gguf_quantize.h"
 
 namespace eg::cli {
@@ -12,7 +13,7 @@ namespace eg::cli {
 namespace {
 struct QuantizeArgs {
   std::string in, out, type = "q8_0", calib;
-  bool awq = false, awq_clip = false;
+  bool awq = false, awq_clip = false, quiet = false;
   int64_t calib_tokens = 32768;
   int threads = 0;
 };
@@ -27,7 +28,9 @@ int quantize(const QuantizeArgs& a) {
   o.awq_clip = a.awq_clip;
   if (a.awq_clip && !a.awq) throw Error("--awq-clip needs --awq");
   if (!a.awq && (!a.calib.empty())) throw Error("--calib needs --awq");
-  o.log = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
+  ProgressReporter progress(ProgressReporter::stderr_options(a.quiet));
+  o.log = [&progress](const std::string& s) { progress.message(s); };
+  o.progress = &progress;
   const GGUFQuantizeReport r = quantize_to_gguf(a.in, a.out, o);
   std::map<std::string, int> counts;
   for (const auto& [name, t] : r.tensor_types) ++counts[dtype_name(t)];
@@ -51,6 +54,7 @@ Action register_quantize(CLI::App& app) {
   app.add_option("--calib-tokens", a->calib_tokens, "calibration tokens for --awq (default 32768)")->check(kCount);
   app.add_flag("--awq-clip", a->awq_clip, "with --awq: also search a per-block clipping ratio of the weights");
   app.add_option("-t,--threads", a->threads, "threads (default: all cores)")->check(kCount);
+  app.add_flag("-q,--quiet", a->quiet, "no progress on stderr (warnings and errors still)");
   return [a] { return quantize(*a); };
 }
 

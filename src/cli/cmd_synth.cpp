@@ -6,7 +6,6 @@
 // (model/model_stats.h checkpoint_tensors). model.safetensors is streamed to disk in chunks, so a
 // 15 GB checkpoint needs only tens of MB of memory.
 #include <omp.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,6 +18,7 @@
 #include "cli/commands.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "format/safetensors.h"
 #include "model/config.h"
 #include "model/known_models.h"
@@ -39,6 +39,7 @@ struct SynthArgs {
   int layers = 0;
   std::string dtype = "bf16";
   uint64_t seed = 1;
+  bool quiet = false;
 };
 
 uint64_t splitmix(uint64_t& s) {
@@ -265,11 +266,13 @@ int synth(const SynthArgs& a) {
   {
     SafetensorsWriter w((out / "model.safetensors").string(), specs,
                         {{"format", "pt"}, {"edgegemma_synth", a.like}});
-    const bool progress = isatty(STDERR_FILENO) && bytes > (int64_t{1} << 30);
+    ProgressReporter reporter(ProgressReporter::stderr_options(a.quiet));
+    ProgressTask progress(&reporter, "synth", bytes, ProgressUnit::Bytes);
     std::vector<uint8_t> buf;
-    int64_t done = 0, next_report = int64_t{1} << 30;
+    int64_t done = 0;
     uint64_t seed = a.seed;
-    for (const auto& t : tensors) {
+    for (size_t ti = 0; ti < tensors.size(); ++ti) {
+      const CheckpointTensor& t = tensors[ti];
       const int64_t n = t.numel();
       const float stddev = 0.02f;
       ++seed;
@@ -283,14 +286,11 @@ int synth(const SynthArgs& a) {
         }
         w.append(buf.data(), buf.size());
         done += static_cast<int64_t>(buf.size());
-        if (progress && done >= next_report) {
-          std::fprintf(stderr, "\r%.1f / %.1f GB", done / 1e9, bytes / 1e9);
-          next_report += int64_t{1} << 30;
-        }
+        progress.update(done, "tensor " + std::to_string(ti + 1) + "/" + std::to_string(tensors.size()));
       }
     }
     w.finish();
-    if (progress) std::fprintf(stderr, "\n");
+    progress.finish();
   }
 
   write_text(out / "config.json", cfg.dump(2) + "\n");
@@ -324,6 +324,7 @@ Action register_synth(CLI::App& app) {
   app.add_option("--tokenizer", a->tokenizer_dir,
                  "directory with the tokenizer.json to copy (default: the real Gemma 3 tokenizer in "
                  "$EDGEGEMMA_SHARED_DIR or ../shared/tokenizers/gemma3; gemma-2-2b: a synthetic 256000-token one)");
+  app.add_flag("-q,--quiet", a->quiet, "no progress on stderr (errors still)");
   return [a] { return synth(*a); };
 }
 

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.h"
+#include "core/progress.h"
 
 namespace eg {
 
@@ -16,10 +18,16 @@ double token_nll(const float* row, int V, int32_t target) {
 
 namespace {
 int32_t argmax(const float* row, int V) { return static_cast<int32_t>(std::max_element(row, row + V) - row); }
+
+std::string step_detail(const char* what, int done, int total, double ppl) {
+  char b[96];
+  std::snprintf(b, sizeof b, "%s %d/%d, ppl %.4f", what, done, total, ppl);
+  return b;
+}
 }  // namespace
 
 PerplexityResult perplexity(const Model& model, const std::vector<int32_t>& stream, int ctx,
-                            const PerplexityProgress& progress, std::vector<int32_t>* top1) {
+                            ProgressSink* sink, std::vector<int32_t>* top1) {
   if (ctx < 1) throw Error("perplexity: ctx must be >= 1");
   if (stream.size() < 2) throw Error("perplexity: need at least 2 tokens");
   const int V = model.config().vocab_size;
@@ -31,6 +39,8 @@ PerplexityResult perplexity(const Model& model, const std::vector<int32_t>& stre
   // span: then the whole stream is one span.
   const size_t span = static_cast<size_t>(ctx) + 1;
   const size_t n_spans = stream.size() >= span ? (stream.size() - 1) / ctx : 1;
+  const int64_t to_score = stream.size() >= span ? static_cast<int64_t>(n_spans) * ctx : static_cast<int64_t>(stream.size()) - 1;
+  ProgressTask progress(sink, "perplexity", to_score, ProgressUnit::Tokens);
   for (size_t k = 0; k < n_spans; ++k) {
     const size_t start = k * ctx;
     const int len = static_cast<int>(std::min(span, stream.size() - start));
@@ -43,15 +53,17 @@ PerplexityResult perplexity(const Model& model, const std::vector<int32_t>& stre
       ++r.tokens_predicted;
     }
     ++r.spans;
-    if (progress) progress(r.spans, static_cast<int>(n_spans), std::exp(nll_sum / r.tokens_predicted));
+    r.running_ppl.push_back(std::exp(nll_sum / static_cast<double>(r.tokens_predicted)));
+    progress.update(r.tokens_predicted, step_detail("span", r.spans, static_cast<int>(n_spans), r.running_ppl.back()));
   }
+  progress.finish();
   r.mean_nll = nll_sum / static_cast<double>(r.tokens_predicted);
   r.ppl = std::exp(r.mean_nll);
   return r;
 }
 
 PerplexityResult perplexity_llama(const Model& model, const std::vector<int32_t>& stream, int ctx,
-                                  int32_t bos_id, const PerplexityProgress& progress, std::vector<int32_t>* top1) {
+                                  int32_t bos_id, ProgressSink* sink, std::vector<int32_t>* top1) {
   if (ctx < 4) throw Error("perplexity: --method llama needs ctx >= 4, got " + std::to_string(ctx));
   if (stream.size() < 2 * static_cast<size_t>(ctx))
     throw Error("perplexity: the text has " + std::to_string(stream.size()) + " tokens; --method llama needs at least " +
@@ -65,6 +77,7 @@ PerplexityResult perplexity_llama(const Model& model, const std::vector<int32_t>
   ForwardScratch scratch;
   std::vector<float> logits;
   std::vector<int32_t> chunk(ctx);
+  ProgressTask progress(sink, "perplexity", static_cast<int64_t>(n_chunks) * (ctx - 1 - first), ProgressUnit::Tokens);
   for (int c = 0; c < n_chunks; ++c) {
     const size_t start = static_cast<size_t>(c) * ctx;
     std::copy(stream.begin() + start, stream.begin() + start + ctx, chunk.begin());
@@ -78,8 +91,10 @@ PerplexityResult perplexity_llama(const Model& model, const std::vector<int32_t>
       ++r.tokens_predicted;
     }
     ++r.spans;
-    if (progress) progress(r.spans, n_chunks, std::exp(nll_sum / r.tokens_predicted));
+    r.running_ppl.push_back(std::exp(nll_sum / static_cast<double>(r.tokens_predicted)));
+    progress.update(r.tokens_predicted, step_detail("chunk", r.spans, n_chunks, r.running_ppl.back()));
   }
+  progress.finish();
   r.mean_nll = nll_sum / static_cast<double>(r.tokens_predicted);
   r.ppl = std::exp(r.mean_nll);
   return r;

@@ -31,23 +31,27 @@ struct PerplexityResult {
   double mean_nll = 0;
   int64_t tokens_predicted = 0;
   int spans = 0;  // spans (default) or chunks (llama) evaluated
+  std::vector<double> running_ppl;  // ppl over the predictions so far, after each span/chunk
 };
 
-/// Called after each span/chunk: (spans done, spans in all, running ppl). May be empty.
-using PerplexityProgress = std::function<void(int done, int total, double ppl_so_far)>;
+class ProgressSink;  // core/progress.h
+
+/// Progress of both methods: task "perplexity", scored tokens, updated after each span/chunk with
+/// the detail "span k/n, ppl X" ("chunk k/n, ..." for llama's; X the running perplexity).
+/// nullptr: silent.
 
 /// Default method over an already built token stream (see document_stream).
 /// Throws eg::Error if ctx < 1 or the stream has fewer than 2 tokens.
 /// If `top1` is given, the argmax id of every scored position is appended to it (prediction order),
 /// for top-1 agreement between two models.
 PerplexityResult perplexity(const Model& model, const std::vector<int32_t>& stream, int ctx,
-                            const PerplexityProgress& progress = {}, std::vector<int32_t>* top1 = nullptr);
+                            ProgressSink* progress = nullptr, std::vector<int32_t>* top1 = nullptr);
 
 /// llama-perplexity's method over an already tokenized stream (see llama_stream). Each chunk's
 /// first token is replaced by `bos_id`. Throws eg::Error if ctx < 4 or the stream has fewer than
 /// 2·ctx tokens (llama-perplexity's own requirement; the message gives both counts).
 PerplexityResult perplexity_llama(const Model& model, const std::vector<int32_t>& stream, int ctx,
-                                  int32_t bos_id, const PerplexityProgress& progress = {},
+                                  int32_t bos_id, ProgressSink* progress = nullptr,
                                   std::vector<int32_t>* top1 = nullptr);
 
 /// The default method's stream: documents of `text` separated by "\n\n\n", each encoded as

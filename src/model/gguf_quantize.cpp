@@ -11,6 +11,7 @@
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
 #include "core/file_util.h"
+#include "core/progress.h"
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "model/gguf_model.h"
@@ -363,6 +364,7 @@ GGUFQuantizeReport quantize_to_gguf(const std::string& in, const std::string& ou
       return it != rep.tensor_types.end() && is_quantized(it->second) ? it->second : ao.target;
     };
     ao.log = opt.log;
+    ao.progress = opt.progress;
     awq_res = quant::awq(*model, calib, ao);
     log("awq: " + std::to_string(awq_res.tensors.size()) + " tensors rescaled on " +
         std::to_string(awq_res.calib_tokens) + " calibration tokens");
@@ -385,6 +387,9 @@ GGUFQuantizeReport quantize_to_gguf(const std::string& in, const std::string& ou
   GGUFWriter w(out, kv, specs);
   constexpr int64_t kChunkRows = 256;
   std::vector<uint8_t> chunk;
+  int64_t total_bytes = 0, bytes_done = 0;
+  for (const GGUFTensorSpec& sp : specs) total_bytes += static_cast<int64_t>(sp.nbytes());
+  ProgressTask progress(opt.progress, "quantize", total_bytes, ProgressUnit::Bytes);
   for (size_t i = 0; i < srcs.size(); ++i) {
     const Src& s = srcs[i];
     const DType t = specs[i].dtype;
@@ -425,9 +430,12 @@ GGUFQuantizeReport quantize_to_gguf(const std::string& in, const std::string& ou
       }
       if (!err.empty()) throw Error("quantize: " + s.name + ": " + err);
       w.append(chunk.data(), chunk.size());
+      bytes_done += static_cast<int64_t>(chunk.size());
+      progress.update(bytes_done, "tensor " + std::to_string(i + 1) + "/" + std::to_string(srcs.size()));
     }
   }
   w.finish();
+  progress.finish();
   rep.bytes_written = fs::file_size(out);
 
   // Read back: the GGUF must describe the same model.

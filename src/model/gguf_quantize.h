@@ -31,6 +31,8 @@
 
 namespace eg {
 
+class ProgressSink;  // core/progress.h
+
 struct GGUFQuantizeOptions {
   std::string type = "q8_0";  // q8_0 | q4_0 | q4_k | q4_k_m | eg_q4_g128 | f16 | f32
   /// Activation-aware scaling (quant/awq.h) before quantizing: calibration text file and token count.
@@ -38,8 +40,10 @@ struct GGUFQuantizeOptions {
   std::string calib_file;
   int64_t calib_tokens = 32768;
   bool awq_clip = false;  ///< also search per-block weight clipping (AwqOptions::clip)
-  /// One line per message (fallbacks, progress); may be empty.
+  /// One line per message (fallbacks, skipped tensors, AWQ choices); may be empty.
   std::function<void(const std::string&)> log;
+  /// Progress (AWQ calibration and search, then "quantize": output bytes written); may be nullptr.
+  ProgressSink* progress = nullptr;
 };
 
 struct GGUFQuantizeReport {

@@ -35,6 +35,10 @@
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
+namespace eg {
+class ProgressSink;  // core/progress.h
+}
+
 namespace eg::quant {
 
 /// The tensors AWQ may modify, per layer.
@@ -64,8 +68,10 @@ struct AwqOptions {
   int sample_rows = 256;    // activation rows kept per linear input for the searches
   int span = 512;           // calibration sequence length (tokens per forward pass)
   bool fold_o_into_v = true;
-  /// Progress messages (one line each); may be empty.
+  /// The choice of each group (one line each); may be empty.
   std::function<void(const std::string&)> log;
+  /// Progress: "awq: calibration" (tokens run), then "awq: search" (layers done); may be nullptr.
+  ProgressSink* progress = nullptr;
 };
 
 /// One modified tensor: f32, row-major, in the checkpoint's convention: weights [out, in] as

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
+#include "core/progress.h"
 #include "ops/ops.h"
 #include "quant/awq.h"
 
@@ -124,18 +125,20 @@ AwqResult awq(const Model& model, const std::vector<int32_t>& calib_tokens, cons
     ops::set_matmul_observer(observe, &state);
     ForwardScratch scratch;
     std::vector<float> logits;
+    ProgressTask progress(opt.progress, "awq: calibration", n_tok, ProgressUnit::Tokens);
     for (int64_t start = 0; start < n_tok; start += opt.span) {
       const int len = static_cast<int>(std::min<int64_t>(opt.span, n_tok - start));
       KVCache kv(cfg, len);
       model.forward(calib_tokens.data() + start, len, kv, scratch, LogitsMode::None, logits);
-      log("awq: calibration " + std::to_string(std::min<int64_t>(start + len, n_tok)) + "/" + std::to_string(n_tok) +
-          " tokens");
+      progress.update(start + len);
     }
+    progress.finish();
   }
 
   AwqResult res;
   res.calib_tokens = n_tok;
   const float off = cfg.norm_offset;
+  ProgressTask progress(opt.progress, "awq: search", L, ProgressUnit::Layers);
   for (int l = 0; l < L; ++l) {
     const LayerWeights& lw = mw.layers[l];
     const LayerConfig& lc = cfg.layers[l];
@@ -284,7 +287,9 @@ AwqResult awq(const Model& model, const std::vector<int32_t>& calib_tokens, cons
       t.data = std::move(m->w);
       res.tensors.push_back(std::move(t));
     }
+    progress.update(l + 1);
   }
+  progress.finish();
   return res;
 }
 
