@@ -189,6 +189,16 @@ class KVCache {
   /// match `cfg`, invalid options, or truncated input.
   static KVCache load(std::istream& is, const ModelConfig& cfg);
 
+  // --- device side (exec/executor.h) ----------------------------------------------------------
+  /// What a device executor keeps with a cache it made (e.g. the CUDA executor's device pages),
+  /// owned by the cache and destroyed with it; nullptr for a host (CPU) cache. The host-side
+  /// bookkeeping above (n_past, options, truncate) stays the one source of truth for positions.
+  struct DeviceState {
+    virtual ~DeviceState() = default;
+  };
+  void set_device_state(std::unique_ptr<DeviceState> s) { device_ = std::move(s); }
+  DeviceState* device_state() const { return device_.get(); }
+
  private:
   struct Layer {
     int owner = 0;           // layer whose pages this one reads
@@ -210,6 +220,7 @@ class KVCache {
   KVCacheOptions opt_;
   int n_past_ = 0;
   std::vector<Layer> layers_;
+  std::unique_ptr<DeviceState> device_;
 };
 
 }  // namespace eg
