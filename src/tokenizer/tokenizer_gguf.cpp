@@ -104,25 +104,39 @@ Tokenizer Tokenizer::from_gguf(const GGUFFile& g) {
       if (!bpe.merges.find(ia, ib)) bpe.merges.insert(ia, ib, tok::MergeInfo{static_cast<uint32_t>(r), ij});
     }
   } else {
+    // Ranks: USER_DEFINED pieces first, then by score. Converters give every user-defined
+    // piece the same score (llama.cpp: -1000), which loses their order; HF's tokenizer.json of a
+    // SentencePiece vocabulary (Gemma 2/3: the runs of 2-31 spaces, "\n" and "\t") ranks their
+    // merges first, the longer left part first, then the longer right part: "▁"×30 + "▁"
+    // before "▁"×29 + "▁▁" before "▁"×29 + "▁" ... before "▁" + "▁". A run then grows from its
+    // left end, as SentencePiece matches the longest symbol, and the last space of a run that
+    // does not fit a symbol goes to the next word, as in HF.
     struct Cand {
       int user;  // 0 for USER_DEFINED (first), 1 otherwise
       double score;
+      int32_t left_chars, right_chars;  // USER_DEFINED order (see above)
       int32_t id, a, b;
     };
     std::vector<Cand> cands;
     for (size_t id = 0; id < n; ++id) {
       if (types[id] != kNormal && types[id] != kUserDefined) continue;
       const std::string& p = bpe.pieces[id];
-      for (size_t s : char_splits(p)) {
+      const std::vector<size_t> splits = char_splits(p);
+      const int32_t chars = static_cast<int32_t>(splits.size()) + 1;
+      for (size_t k = 0; k < splits.size(); ++k) {
+        const size_t s = splits[k];
         const int32_t a = bpe.vocab.find(std::string_view(p).substr(0, s));
         const int32_t b = bpe.vocab.find(std::string_view(p).substr(s));
+        const int32_t left = static_cast<int32_t>(k) + 1;
         if (a >= 0 && b >= 0)
-          cands.push_back({types[id] == kUserDefined ? 0 : 1, scores[id], static_cast<int32_t>(id), a, b});
+          cands.push_back({types[id] == kUserDefined ? 0 : 1, scores[id], left, chars - left, static_cast<int32_t>(id), a, b});
       }
     }
     std::sort(cands.begin(), cands.end(), [](const Cand& x, const Cand& y) {
       if (x.user != y.user) return x.user < y.user;
       if (x.score != y.score) return x.score > y.score;
+      if (x.user == 0 && x.left_chars != y.left_chars) return x.left_chars > y.left_chars;
+      if (x.user == 0 && x.right_chars != y.right_chars) return x.right_chars > y.right_chars;
       if (x.id != y.id) return x.id < y.id;
       if (x.a != y.a) return x.a < y.a;
       return x.b < y.b;
