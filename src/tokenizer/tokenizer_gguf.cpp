@@ -4,6 +4,7 @@
 // SentencePiece vocab becomes ranked BPE merges). Our own code.
 #include <algorithm>
 #include <cstring>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "format/gguf.h"
@@ -280,6 +281,65 @@ void Tokenizer::to_gguf_metadata(std::vector<std::pair<std::string, GGUFValue>>&
   kv.emplace_back("tokenizer.ggml.add_eos_token", GGUFValue::boolean(!im.suffix_ids.empty()));
   if (!im.chat_template.empty()) kv.emplace_back("tokenizer.chat_template", GGUFValue::str(im.chat_template));
   kv.emplace_back("tokenizer.ggml.add_space_prefix", GGUFValue::boolean(false));
+}
+
+int64_t Tokenizer::fit_gguf_vocab(std::vector<std::pair<std::string, GGUFValue>>& kv, int64_t rows) {
+  auto find = [&](const std::string& k) -> GGUFValue* {
+    for (auto& [key, v] : kv)
+      if (key == k) return &v;
+    return nullptr;
+  };
+  GGUFValue* tv = find("tokenizer.ggml.tokens");
+  if (!tv || !tv->is_array() || tv->elem != GGUFType::STRING)
+    throw Error("GGUF vocabulary: tokenizer.ggml.tokens is missing or not a string array");
+  if (rows <= 0) throw Error("GGUF vocabulary: the embedding has no rows");
+  const int64_t n = static_cast<int64_t>(tv->strs.size());
+  GGUFValue* types = find("tokenizer.ggml.token_type");
+  GGUFValue* scores = find("tokenizer.ggml.scores");
+  if (types && (!types->is_array() || static_cast<int64_t>(types->ints.size()) != n))
+    throw Error("GGUF vocabulary: tokenizer.ggml.token_type must hold one integer per token");
+  if (scores && (!scores->is_array() || static_cast<int64_t>(scores->floats.size()) != n))
+    throw Error("GGUF vocabulary: tokenizer.ggml.scores must hold one float per token");
+  if (n == rows) return 0;
+  if (n < rows) {
+    for (int64_t id = n; id < rows; ++id) {
+      tv->strs.push_back("[PAD" + std::to_string(id) + "]");
+      if (types) types->ints.push_back(kUnused);
+      if (scores) scores->floats.push_back(-10000.0);
+    }
+    return n - rows;
+  }
+  // Pieces as from_gguf sees them: a USER_DEFINED "  " of a SentencePiece file is "▁▁".
+  const GGUFValue* model = find("tokenizer.ggml.model");
+  const bool llama = model && model->s == "llama";
+  std::unordered_set<std::string> kept;
+  for (int64_t id = 0; id < rows; ++id) {
+    kept.insert(tv->strs[id]);
+    if (llama && types && types->ints[id] == kUserDefined) kept.insert(replace_all(tv->strs[id], " ", kSpace));
+  }
+  tv->strs.resize(rows);
+  if (types) types->ints.resize(rows);
+  if (scores) scores->floats.resize(rows);
+  if (GGUFValue* mv = find("tokenizer.ggml.merges"); mv && mv->is_array()) {
+    std::vector<std::string> keep;
+    keep.reserve(mv->strs.size());
+    for (std::string& m : mv->strs) {
+      const size_t sp = m.find(' ', 1);
+      if (sp == std::string::npos) continue;
+      const std::string a = m.substr(0, sp), b = m.substr(sp + 1);
+      if (kept.count(a) && kept.count(b) && kept.count(a + b)) keep.push_back(std::move(m));
+    }
+    mv->strs = std::move(keep);
+  }
+  kv.erase(std::remove_if(kv.begin(), kv.end(),
+                          [&](const auto& p) {
+                            const std::string& k = p.first;
+                            return starts_with(k, "tokenizer.ggml.") && k.size() > 9 &&
+                                   k.compare(k.size() - 9, 9, "_token_id") == 0 && p.second.is_int() &&
+                                   p.second.i >= rows;
+                          }),
+           kv.end());
+  return n - rows;
 }
 
 }  // namespace eg
