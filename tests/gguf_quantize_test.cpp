@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <filesystem>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -16,6 +17,7 @@
 #include "model/gguf_quantize.h"
 #include "quant/quant.h"
 #include "test_util.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 
@@ -245,6 +247,189 @@ TEST(GgufQuantize, CliQuantizeThenRun) {
   r = egtest::run_cmd({egtest::cli_path(), "quantize", "-m", "/nonexistent", "-o", out + "2.gguf", "--type", "q8_0"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("edgegemma: error:"), std::string::npos);
+}
+
+// ---- The vocabulary has one token per embedding row (llama.cpp's check_tensor_dims) ----
+
+/// A copy of the tiny model `m` whose tokenizer.json is changed by `edit`.
+std::string tiny_copy_with_tokenizer(const std::string& m, const std::function<void(json&)>& edit) {
+  const std::string dir = egtest::make_temp_dir() + "/" + m;
+  std::filesystem::copy(egtest::shared_dir() + "/models/" + m, dir, std::filesystem::copy_options::recursive);
+  json t = json::parse(egtest::read_file(dir + "/tokenizer.json"));
+  edit(t);
+  egtest::write_file(dir + "/tokenizer.json", t.dump());
+  return dir;
+}
+
+/// Gemma 3 1B's case: one more special token than the embedding has rows (id = rows).
+void add_image_soft_token(json& t, int id) {
+  t["added_tokens"].push_back({{"id", id}, {"content", "<image_soft_token>"}, {"single_word", false}, {"lstrip", false},
+                               {"rstrip", false}, {"normalized", false}, {"special", true}});
+}
+
+int64_t embd_rows(const eg::GGUFFile& g) { return g.find_tensor("token_embd.weight")->ne[1]; }
+
+/// tokens, token_type and scores (when present) all hold exactly `rows` entries.
+void expect_vocab_rows(const eg::GGUFFile& g, int64_t rows, const std::string& what) {
+  EXPECT_EQ(static_cast<int64_t>(g.find("tokenizer.ggml.tokens")->strs.size()), rows) << what;
+  EXPECT_EQ(static_cast<int64_t>(g.find("tokenizer.ggml.token_type")->ints.size()), rows) << what;
+  if (const eg::GGUFValue* sc = g.find("tokenizer.ggml.scores"))
+    EXPECT_EQ(static_cast<int64_t>(sc->floats.size()), rows) << what;
+}
+
+TEST(GgufQuantize, VocabLongerThanEmbeddingIsCutToItsRows) {
+  // tiny-gemma3 and tiny-gemma4 (SentencePiece and BPE vocabularies): 8192 embedding rows, and
+  // a tokenizer.json with <image_soft_token> = 8192, as Gemma 3 1B's (262145 tokens, 262144 rows).
+  for (const char* m : {"tiny-gemma3", "tiny-gemma4"}) {
+    const std::string dir = tiny_copy_with_tokenizer(m, [](json& t) { add_image_soft_token(t, 8192); });
+    const eg::Tokenizer hf = eg::Tokenizer::load_dir(dir);
+    ASSERT_EQ(hf.vocab_size(), 8193) << m;
+    ASSERT_EQ(hf.token_id("<image_soft_token>"), 8192) << m;
+    for (const char* type : {"q8_0", "q4_0"}) {
+      eg::GGUFQuantizeOptions o;
+      o.type = type;
+      std::vector<std::string> logs;
+      o.log = [&](const std::string& l) { logs.push_back(l); };
+      const std::string out = egtest::make_temp_dir() + "/v.gguf";
+      eg::quantize_to_gguf(dir, out, o);
+      auto g = eg::GGUFFile::open(out);
+      ASSERT_EQ(embd_rows(*g), 8192) << m;
+      expect_vocab_rows(*g, 8192, std::string(m) + " " + type);
+      EXPECT_EQ(g->find("tokenizer.ggml.tokens")->strs[8191], hf.piece(8191)) << m;  // ids kept as they are
+      bool said = false;
+      for (const std::string& l : logs) said |= l.find("dropped 1 token") != std::string::npos;
+      EXPECT_TRUE(said) << m;
+      // The file loads and tokenizes as the HF folder (the text has no <image_soft_token>).
+      auto lm = eg::LoadedModel::load_gguf(out);
+      EXPECT_EQ(lm->tokenizer().vocab_size(), 8192);
+      const std::string text = "It is a truth universally acknowledged,\n\n  that <start_of_turn>x";
+      EXPECT_EQ(lm->tokenizer().encode(text, true), hf.encode(text, true)) << m;
+      EXPECT_EQ(lm->tokenizer().token_id("<image_soft_token>"), -1);
+      for (int32_t id : lm->tokenizer().encode("<image_soft_token>", true)) EXPECT_LT(id, 8192);
+      // GGUF -> GGUF keeps it.
+      const std::string again = egtest::make_temp_dir() + "/again.gguf";
+      o.type = "q8_0";
+      eg::quantize_to_gguf(out, again, o);
+      expect_vocab_rows(*eg::GGUFFile::open(again), 8192, std::string(m) + " requantized");
+    }
+  }
+}
+
+TEST(GgufQuantize, VocabShorterThanEmbeddingIsPadded) {
+  // Gemma 3 4B's case (262145 tokens, 262208 rows): the last piece of tiny-gemma3's vocabulary
+  // (and its merge) removed, so 8191 tokens for 8192 rows. llama.cpp's converter pads with
+  // "[PADn]" tokens of type UNUSED (5).
+  const std::string dir = tiny_copy_with_tokenizer("tiny-gemma3", [](json& t) {
+    json& v = t["model"]["vocab"];
+    std::string last;
+    for (auto it = v.begin(); it != v.end(); ++it)
+      if (it.value().get<int>() == 8191) last = it.key();
+    ASSERT_FALSE(last.empty());
+    v.erase(last);
+    json kept = json::array();
+    for (const json& mm : t["model"]["merges"]) {
+      const std::string a = mm[0], b = mm[1];
+      if (a + b != last && a != last && b != last) kept.push_back(mm);
+    }
+    t["model"]["merges"] = kept;
+  });
+  const eg::Tokenizer hf = eg::Tokenizer::load_dir(dir);
+  ASSERT_EQ(hf.vocab_size(), 8191);
+  const std::string out = egtest::make_temp_dir() + "/p.gguf";
+  eg::GGUFQuantizeOptions o;
+  o.type = "q8_0";
+  eg::quantize_to_gguf(dir, out, o);
+  auto g = eg::GGUFFile::open(out);
+  expect_vocab_rows(*g, 8192, "padded");
+  ASSERT_EQ(g->find("tokenizer.ggml.tokens")->strs.size(), 8192u);
+  ASSERT_EQ(g->find("tokenizer.ggml.token_type")->ints.size(), 8192u);
+  EXPECT_EQ(g->find("tokenizer.ggml.tokens")->strs[8191], "[PAD8191]");
+  EXPECT_EQ(g->find("tokenizer.ggml.token_type")->ints[8191], 5);
+  EXPECT_EQ(g->find("tokenizer.ggml.tokens")->strs[8190], hf.piece(8190));
+  auto lm = eg::LoadedModel::load_gguf(out);
+  const std::string text = "It is a truth universally acknowledged";
+  EXPECT_EQ(lm->tokenizer().encode(text, true), hf.encode(text, true));
+}
+
+TEST(GgufQuantize, OlderGgufWithLongerVocabLoadsAndRequantizesToTheRows) {
+  // A GGUF as we wrote them before: tiny-gemma3-q8_0 with <image_soft_token> appended (8193
+  // tokens, 8192 rows). It still loads; the id beyond the rows is a clear error at run time, never
+  // an embedding lookup; requantizing it writes the vocabulary llama.cpp accepts.
+  auto src = eg::GGUFFile::open(ref_file("tiny-gemma3", "q8_0"));
+  std::vector<std::pair<std::string, eg::GGUFValue>> kv;
+  for (auto [k, v] : src->metadata()) {
+    if (k == "tokenizer.ggml.tokens") v.strs.push_back("<image_soft_token>");
+    if (k == "tokenizer.ggml.token_type") v.ints.push_back(3);
+    if (k == "tokenizer.ggml.scores") v.floats.push_back(-1000.0);
+    kv.emplace_back(k, v);
+  }
+  std::vector<eg::GGUFTensorSpec> specs;
+  for (const eg::GGUFTensor& t : src->tensors()) specs.push_back({t.name, t.dtype, t.ne});
+  const std::string old = egtest::make_temp_dir() + "/old.gguf";
+  {
+    eg::GGUFWriter w(old, kv, specs);
+    for (const eg::GGUFTensor& t : src->tensors()) w.append(t.data, t.nbytes);
+    w.finish();
+  }
+  ASSERT_EQ(eg::GGUFFile::open(old)->find("tokenizer.ggml.tokens")->strs.size(), 8193u);
+  auto lm = eg::LoadedModel::load_gguf(old);
+  ASSERT_EQ(lm->tokenizer().vocab_size(), 8193);
+  ASSERT_EQ(lm->model().config().vocab_size, 8192);
+  std::vector<int32_t> ids = lm->tokenizer().encode("Hi <image_soft_token>", true);
+  ASSERT_EQ(ids.back(), 8192);
+  eg::KVCache cache(lm->model().config(), 16);
+  eg::ForwardScratch s;
+  std::vector<float> logits;
+  try {
+    lm->model().forward(ids.data(), static_cast<int>(ids.size()), cache, s, eg::LogitsMode::Last, logits);
+    ADD_FAILURE() << "id 8192 reached the embedding";
+  } catch (const eg::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("outside the vocabulary"), std::string::npos) << e.what();
+  }
+  ids.pop_back();
+  lm->model().forward(ids.data(), static_cast<int>(ids.size()), cache, s, eg::LogitsMode::Last, logits);
+  EXPECT_EQ(logits.size(), 8192u);
+
+  const std::string fixed = egtest::make_temp_dir() + "/fixed.gguf";
+  eg::GGUFQuantizeOptions o;
+  o.type = "q4_0";
+  eg::quantize_to_gguf(old, fixed, o);
+  auto g = eg::GGUFFile::open(fixed);
+  expect_vocab_rows(*g, embd_rows(*g), "requantized");
+  EXPECT_EQ(g->find("tokenizer.ggml.tokens")->strs, src->find("tokenizer.ggml.tokens")->strs);
+}
+
+TEST(GgufQuantize, FitGgufVocabDropsMergesAndSpecialIdsBeyondTheRows) {
+  using V = eg::GGUFValue;
+  auto make = [] {
+    return std::vector<std::pair<std::string, V>>{{"tokenizer.ggml.model", V::str("gemma4")},
+                                                  {"tokenizer.ggml.tokens", V::str_array({"a", "b", "ab", "c", "abc"})},
+                                                  {"tokenizer.ggml.token_type", V::i32_array({1, 1, 1, 1, 1})},
+                                                  {"tokenizer.ggml.merges", V::str_array({"a b", "ab c"})},
+                                                  {"tokenizer.ggml.bos_token_id", V::u32(1)},
+                                                  {"tokenizer.ggml.eos_token_id", V::u32(4)}};
+  };
+  auto get = [](auto& kv, const std::string& k) -> const V* {
+    for (auto& [key, v] : kv)
+      if (key == k) return &v;
+    return nullptr;
+  };
+  auto kv = make();
+  EXPECT_EQ(eg::Tokenizer::fit_gguf_vocab(kv, 3), 2);
+  EXPECT_EQ(get(kv, "tokenizer.ggml.tokens")->strs, (std::vector<std::string>{"a", "b", "ab"}));
+  EXPECT_EQ(get(kv, "tokenizer.ggml.token_type")->ints.size(), 3u);
+  EXPECT_EQ(get(kv, "tokenizer.ggml.merges")->strs, std::vector<std::string>{"a b"});
+  EXPECT_NE(get(kv, "tokenizer.ggml.bos_token_id"), nullptr);
+  EXPECT_EQ(get(kv, "tokenizer.ggml.eos_token_id"), nullptr);
+  kv = make();
+  EXPECT_EQ(eg::Tokenizer::fit_gguf_vocab(kv, 7), -2);
+  EXPECT_EQ(get(kv, "tokenizer.ggml.tokens")->strs.back(), "[PAD6]");
+  EXPECT_EQ(get(kv, "tokenizer.ggml.token_type")->ints, (std::vector<int64_t>{1, 1, 1, 1, 1, 5, 5}));
+  EXPECT_EQ(get(kv, "tokenizer.ggml.merges")->strs.size(), 2u);
+  kv = make();
+  EXPECT_EQ(eg::Tokenizer::fit_gguf_vocab(kv, 5), 0);
+  kv.erase(kv.begin() + 1);
+  EXPECT_THROW(eg::Tokenizer::fit_gguf_vocab(kv, 5), eg::Error);
 }
 
 }  // namespace

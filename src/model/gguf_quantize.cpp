@@ -322,6 +322,19 @@ GGUFQuantizeReport quantize_to_gguf(const std::string& in, const std::string& ou
       srcs.push_back(std::move(s));
     }
   }
+  // One token per embedding row, as llama.cpp's converter writes and its loader requires: Gemma 3
+  // 1B's tokenizer has <image_soft_token> = 262144 beyond its 262144 rows, Gemma 3 4B's embedding
+  // has 63 padding rows. Older files of ours (and other writers') are fixed when requantized.
+  for (const Src& s : srcs) {
+    if (s.name != "token_embd.weight" || s.ne.size() != 2) continue;
+    const int64_t d = Tokenizer::fit_gguf_vocab(kv, s.ne[1]);
+    if (d > 0)
+      log("vocabulary: dropped " + std::to_string(d) + " token(s) with ids beyond the embedding's " +
+          std::to_string(s.ne[1]) + " rows");
+    else if (d < 0)
+      log("vocabulary: padded with " + std::to_string(-d) + " [PAD] token(s) to the embedding's " +
+          std::to_string(s.ne[1]) + " rows");
+  }
   kv.emplace_back(ftype_key, GGUFValue::u32(gguf_file_type(opt.type)));
   kv.emplace_back("general.quantization_version", GGUFValue::u32(2));
 

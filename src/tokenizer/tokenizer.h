@@ -40,8 +40,10 @@ class Tokenizer {
   /// image and tool tokens); other CONTROL tags (<mask>, <unusedN>, <table>) are non-special
   /// added tokens, as in Gemma's tokenizer.json. "gemma4" files from llama.cpp mark non-special
   /// added tokens NORMAL: runs of "\n" / "\t", <unusedN>, <mask>, [multimodal] become added
-  /// tokens again. Known limit: SentencePiece files without merges follow SentencePiece's rule,
-  /// which differs from HF's learned merges on some runs of >= 3 spaces (as llama.cpp does too).
+  /// tokens again. SentencePiece files without merges get merges ranked by score, after the
+  /// USER_DEFINED pieces' merges, longer left part first (HF's order for Gemma's whitespace runs;
+  /// a tokenizer.json that ranks them otherwise can split a run of spaces before a word
+  /// differently). Padding tokens "[PADn]" (UNUSED) are never produced by encode.
   /// Throws eg::Error naming the file and key on missing or inconsistent fields.
   static Tokenizer from_gguf(const GGUFFile& g);
 
@@ -53,6 +55,13 @@ class Tokenizer {
   /// it for this model); spm=false: model "gemma4" with merges, scores −1000, special tokens
   /// CONTROL, other added tokens USER_DEFINED.
   void to_gguf_metadata(std::vector<std::pair<std::string, GGUFValue>>& kv, bool spm) const;
+  /// Makes the tokenizer.ggml.* vocabulary in `kv` exactly `rows` tokens long, the row count of
+  /// token_embd, as llama.cpp's converter writes it and its loader requires: ids >= rows are
+  /// dropped (with the merges that use them and special-token ids among them; Gemma 3 1B's
+  /// <image_soft_token> = 262144 has no embedding row), and missing ids are padded with
+  /// "[PADn]" tokens of type UNUSED (score -10000). Returns the number dropped (> 0) or padded
+  /// (< 0). Throws eg::Error when the vocabulary is missing or inconsistent.
+  static int64_t fit_gguf_vocab(std::vector<std::pair<std::string, GGUFValue>>& kv, int64_t rows);
   /// Id of the unknown token (-1 if none).
   int32_t unk_id() const;
   /// Id of the padding token "<pad>" (-1 if none).

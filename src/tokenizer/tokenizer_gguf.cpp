@@ -4,6 +4,7 @@
 // SentencePiece vocab becomes ranked BPE merges). Our own code.
 #include <algorithm>
 #include <cstring>
+#include <unordered_set>
 
 #include "core/error.h"
 #include "format/gguf.h"
@@ -104,25 +105,39 @@ Tokenizer Tokenizer::from_gguf(const GGUFFile& g) {
       if (!bpe.merges.find(ia, ib)) bpe.merges.insert(ia, ib, tok::MergeInfo{static_cast<uint32_t>(r), ij});
     }
   } else {
+    // Ranks: USER_DEFINED pieces first, then by score. Converters give every user-defined
+    // piece the same score (llama.cpp: -1000), which loses their order; HF's tokenizer.json of a
+    // SentencePiece vocabulary (Gemma 2/3: the runs of 2-31 spaces, "\n" and "\t") ranks their
+    // merges first, the longer left part first, then the longer right part: "▁"×30 + "▁"
+    // before "▁"×29 + "▁▁" before "▁"×29 + "▁" ... before "▁" + "▁". A run then grows from its
+    // left end, as SentencePiece matches the longest symbol, and the last space of a run that
+    // does not fit a symbol goes to the next word, as in HF.
     struct Cand {
       int user;  // 0 for USER_DEFINED (first), 1 otherwise
       double score;
+      int32_t left_chars, right_chars;  // USER_DEFINED order (see above)
       int32_t id, a, b;
     };
     std::vector<Cand> cands;
     for (size_t id = 0; id < n; ++id) {
       if (types[id] != kNormal && types[id] != kUserDefined) continue;
       const std::string& p = bpe.pieces[id];
-      for (size_t s : char_splits(p)) {
+      const std::vector<size_t> splits = char_splits(p);
+      const int32_t chars = static_cast<int32_t>(splits.size()) + 1;
+      for (size_t k = 0; k < splits.size(); ++k) {
+        const size_t s = splits[k];
         const int32_t a = bpe.vocab.find(std::string_view(p).substr(0, s));
         const int32_t b = bpe.vocab.find(std::string_view(p).substr(s));
+        const int32_t left = static_cast<int32_t>(k) + 1;
         if (a >= 0 && b >= 0)
-          cands.push_back({types[id] == kUserDefined ? 0 : 1, scores[id], static_cast<int32_t>(id), a, b});
+          cands.push_back({types[id] == kUserDefined ? 0 : 1, scores[id], left, chars - left, static_cast<int32_t>(id), a, b});
       }
     }
     std::sort(cands.begin(), cands.end(), [](const Cand& x, const Cand& y) {
       if (x.user != y.user) return x.user < y.user;
       if (x.score != y.score) return x.score > y.score;
+      if (x.user == 0 && x.left_chars != y.left_chars) return x.left_chars > y.left_chars;
+      if (x.user == 0 && x.right_chars != y.right_chars) return x.right_chars > y.right_chars;
       if (x.id != y.id) return x.id < y.id;
       if (x.a != y.a) return x.a < y.a;
       return x.b < y.b;
@@ -266,6 +281,65 @@ void Tokenizer::to_gguf_metadata(std::vector<std::pair<std::string, GGUFValue>>&
   kv.emplace_back("tokenizer.ggml.add_eos_token", GGUFValue::boolean(!im.suffix_ids.empty()));
   if (!im.chat_template.empty()) kv.emplace_back("tokenizer.chat_template", GGUFValue::str(im.chat_template));
   kv.emplace_back("tokenizer.ggml.add_space_prefix", GGUFValue::boolean(false));
+}
+
+int64_t Tokenizer::fit_gguf_vocab(std::vector<std::pair<std::string, GGUFValue>>& kv, int64_t rows) {
+  auto find = [&](const std::string& k) -> GGUFValue* {
+    for (auto& [key, v] : kv)
+      if (key == k) return &v;
+    return nullptr;
+  };
+  GGUFValue* tv = find("tokenizer.ggml.tokens");
+  if (!tv || !tv->is_array() || tv->elem != GGUFType::STRING)
+    throw Error("GGUF vocabulary: tokenizer.ggml.tokens is missing or not a string array");
+  if (rows <= 0) throw Error("GGUF vocabulary: the embedding has no rows");
+  const int64_t n = static_cast<int64_t>(tv->strs.size());
+  GGUFValue* types = find("tokenizer.ggml.token_type");
+  GGUFValue* scores = find("tokenizer.ggml.scores");
+  if (types && (!types->is_array() || static_cast<int64_t>(types->ints.size()) != n))
+    throw Error("GGUF vocabulary: tokenizer.ggml.token_type must hold one integer per token");
+  if (scores && (!scores->is_array() || static_cast<int64_t>(scores->floats.size()) != n))
+    throw Error("GGUF vocabulary: tokenizer.ggml.scores must hold one float per token");
+  if (n == rows) return 0;
+  if (n < rows) {
+    for (int64_t id = n; id < rows; ++id) {
+      tv->strs.push_back("[PAD" + std::to_string(id) + "]");
+      if (types) types->ints.push_back(kUnused);
+      if (scores) scores->floats.push_back(-10000.0);
+    }
+    return n - rows;
+  }
+  // Pieces as from_gguf sees them: a USER_DEFINED "  " of a SentencePiece file is "▁▁".
+  const GGUFValue* model = find("tokenizer.ggml.model");
+  const bool llama = model && model->s == "llama";
+  std::unordered_set<std::string> kept;
+  for (int64_t id = 0; id < rows; ++id) {
+    kept.insert(tv->strs[id]);
+    if (llama && types && types->ints[id] == kUserDefined) kept.insert(replace_all(tv->strs[id], " ", kSpace));
+  }
+  tv->strs.resize(rows);
+  if (types) types->ints.resize(rows);
+  if (scores) scores->floats.resize(rows);
+  if (GGUFValue* mv = find("tokenizer.ggml.merges"); mv && mv->is_array()) {
+    std::vector<std::string> keep;
+    keep.reserve(mv->strs.size());
+    for (std::string& m : mv->strs) {
+      const size_t sp = m.find(' ', 1);
+      if (sp == std::string::npos) continue;
+      const std::string a = m.substr(0, sp), b = m.substr(sp + 1);
+      if (kept.count(a) && kept.count(b) && kept.count(a + b)) keep.push_back(std::move(m));
+    }
+    mv->strs = std::move(keep);
+  }
+  kv.erase(std::remove_if(kv.begin(), kv.end(),
+                          [&](const auto& p) {
+                            const std::string& k = p.first;
+                            return starts_with(k, "tokenizer.ggml.") && k.size() > 9 &&
+                                   k.compare(k.size() - 9, 9, "_token_id") == 0 && p.second.is_int() &&
+                                   p.second.i >= rows;
+                          }),
+           kv.end());
+  return n - rows;
 }
 
 }  // namespace eg
