@@ -14,6 +14,8 @@
 #include "exec/cuda_executor.h"
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -77,7 +79,15 @@ struct CudaKV final : KVCache::DeviceState {
 };
 
 struct CudaWorkspace final : StepWorkspace {
+  ~CudaWorkspace() override {
+    if (timed_steps > 0)
+      std::fprintf(stderr, "cuda: %lld graph replays, %.1f us of GPU time each (EG_CUDA_TIMING)\n",
+                   static_cast<long long>(timed_steps), 1e3 * timed_ms / static_cast<double>(timed_steps));
+  }
   gpu::Stream stream{0};
+  std::unique_ptr<gpu::EventTimer> timer;  // EG_CUDA_TIMING=1: GPU time of every replay
+  double timed_ms = 0.0;
+  int64_t timed_steps = 0;
   gpu::DeviceBuffer args, x, h, act, qkv, q, attn, partial, proj, gu, g, logits, result;
   std::unique_ptr<gpu::Graph> graph;
   uint64_t graph_kv = 0;  // serial of the cache the graph was captured for
@@ -89,6 +99,8 @@ class CudaExecutor final : public StepExecutor {
     const gpu::DeviceInfo info = gpu::device_info(0);
     desc_ = "cuda: " + info.name + " (sm_" + std::to_string(info.cc_major) + std::to_string(info.cc_minor) + ")";
     sm_count_ = info.sm_count;
+    const char* t = std::getenv("EG_CUDA_TIMING");
+    timing_ = t && *t && std::string(t) != "0";
     const ModelWeights& w = m.weights();
     embed_ = upload(w.embed);
     final_norm_ = upload_norm(w.final_norm);
@@ -280,7 +292,16 @@ class CudaExecutor final : public StepExecutor {
       w.graph->end_capture();
       w.graph_kv = st.serial;
     }
-    w.graph->launch();
+    if (timing_) {
+      if (!w.timer) w.timer = std::make_unique<gpu::EventTimer>(w.stream);
+      w.timer->start();
+      w.graph->launch();
+      w.timer->stop();
+      w.timed_ms += w.timer->elapsed_ms();
+      ++w.timed_steps;
+    } else {
+      w.graph->launch();
+    }
     kv.commit(pos + 1);
   }
 
@@ -357,9 +378,9 @@ class CudaExecutor final : public StepExecutor {
   }
 
   int splits(int max_tokens) const {
-    // About 32 keys per split at a full context, at most ~2 CTAs per multiprocessor in total.
-    const int by_len = (max_tokens + 31) / 32;
-    const int cap = std::max(1, 2 * sm_count_ / std::max(1, cfg_.n_heads));
+    // About 8 keys per split (2 per warp) at a full context, at most ~4 CTAs per multiprocessor.
+    const int by_len = (max_tokens + 7) / 8;
+    const int cap = std::max(1, 4 * sm_count_ / std::max(1, cfg_.n_heads));
     return std::max(1, std::min(by_len, cap));
   }
   size_t partial_bytes(int max_tokens) const {
@@ -370,6 +391,7 @@ class CudaExecutor final : public StepExecutor {
   const ModelConfig& cfg_;
   std::string desc_;
   int sm_count_ = 1;
+  bool timing_ = false;
   gpu::DeviceWeight embed_;
   gpu::DeviceBuffer final_norm_;
   float embed_scale_ = 1.0f;
