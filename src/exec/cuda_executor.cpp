@@ -80,6 +80,15 @@ struct CudaKV final : KVCache::DeviceState {
 
 struct CudaWorkspace final : StepWorkspace {
   ~CudaWorkspace() override {
+    if (profiled_steps > 0) {
+      static const char* names[kGroups] = {"embed+norm", "qkv matvec", "q/k norm+rope+kv", "attention", "o matvec",
+                                           "residual+norms", "gate|up matvec", "gelu*mul", "down matvec", "lm head"};
+      double total = 0.0;
+      for (double g : group_ms) total += g;
+      std::fprintf(stderr, "cuda profile (%lld eager steps, us/step, each kernel timed alone):", static_cast<long long>(profiled_steps));
+      for (int i = 0; i < kGroups; ++i) std::fprintf(stderr, " %s %.1f;", names[i], 1e3 * group_ms[i] / static_cast<double>(profiled_steps));
+      std::fprintf(stderr, " total %.1f\n", 1e3 * total / static_cast<double>(profiled_steps));
+    }
     if (timed_steps > 0)
       std::fprintf(stderr, "cuda: %lld graph replays, %.1f us of GPU time each (EG_CUDA_TIMING)\n",
                    static_cast<long long>(timed_steps), 1e3 * timed_ms / static_cast<double>(timed_steps));
@@ -88,6 +97,10 @@ struct CudaWorkspace final : StepWorkspace {
   std::unique_ptr<gpu::EventTimer> timer;  // EG_CUDA_TIMING=1: GPU time of every replay
   double timed_ms = 0.0;
   int64_t timed_steps = 0;
+  // EG_CUDA_TIMING=2: eager steps (no graph), each kernel group timed alone (µs per step).
+  static constexpr int kGroups = 10;
+  double group_ms[kGroups] = {};
+  int64_t profiled_steps = 0;
   gpu::DeviceBuffer args, x, h, act, qkv, q, attn, partial, proj, gu, g, logits, result;
   std::unique_ptr<gpu::Graph> graph;
   uint64_t graph_kv = 0;  // serial of the cache the graph was captured for
@@ -100,7 +113,8 @@ class CudaExecutor final : public StepExecutor {
     desc_ = "cuda: " + info.name + " (sm_" + std::to_string(info.cc_major) + std::to_string(info.cc_minor) + ")";
     sm_count_ = info.sm_count;
     const char* t = std::getenv("EG_CUDA_TIMING");
-    timing_ = t && *t && std::string(t) != "0";
+    timing_ = t && *t ? std::atoi(t) : 0;
+    if (const char* k = std::getenv("EG_CUDA_SPLIT_KEYS")) split_keys_ = std::max(1, std::atoi(k));  // tuning
     const ModelWeights& w = m.weights();
     embed_ = upload(w.embed);
     final_norm_ = upload_norm(w.final_norm);
@@ -277,13 +291,22 @@ class CudaExecutor final : public StepExecutor {
     kv.begin_append(pos, 1);
     const gpu::StepArgs a{token, pos};
     gpu::copy_to_device_async(w.stream, w.args.data(), &a, sizeof a);
+    if (timing_ == 2) {
+      if (!w.partial.data() || w.partial.bytes() < partial_bytes(st.max_tokens))
+        w.partial = gpu::DeviceBuffer(partial_bytes(st.max_tokens));
+      if (!w.timer) w.timer = std::make_unique<gpu::EventTimer>(w.stream);
+      enqueue_step(st, w, true);
+      ++w.profiled_steps;
+      kv.commit(pos + 1);
+      return;
+    }
     if (!w.graph || w.graph_kv != st.serial) {
       if (!w.partial.data() || w.partial.bytes() < partial_bytes(st.max_tokens))
         w.partial = gpu::DeviceBuffer(partial_bytes(st.max_tokens));
       w.graph = std::make_unique<gpu::Graph>();
       w.graph->begin_capture(w.stream);
       try {
-        enqueue_step(st, w);
+        enqueue_step(st, w, false);
       } catch (...) {
         try { w.graph->end_capture(); } catch (...) {}
         w.graph.reset();
@@ -292,7 +315,7 @@ class CudaExecutor final : public StepExecutor {
       w.graph->end_capture();
       w.graph_kv = st.serial;
     }
-    if (timing_) {
+    if (timing_ == 1) {
       if (!w.timer) w.timer = std::make_unique<gpu::EventTimer>(w.stream);
       w.timer->start();
       w.graph->launch();
@@ -309,7 +332,20 @@ class CudaExecutor final : public StepExecutor {
     gpu::matvec(s, W, x, act, y);
   }
 
-  void enqueue_step(CudaKV& st, CudaWorkspace& w) const {
+  // Runs f; when profiling, alone between two events, its time added to group g.
+  template <class F>
+  void op(CudaWorkspace& w, bool prof, int g, F&& f) const {
+    if (!prof) {
+      f();
+      return;
+    }
+    w.timer->start();
+    f();
+    w.timer->stop();
+    w.group_ms[g] += w.timer->elapsed_ms();
+  }
+
+  void enqueue_step(CudaKV& st, CudaWorkspace& w, bool prof) const {
     const gpu::Stream& s = w.stream;
     const int64_t H = cfg_.hidden_size;
     const float eps = cfg_.rms_norm_eps, off = cfg_.norm_offset;
@@ -318,20 +354,24 @@ class CudaExecutor final : public StepExecutor {
     float* h = w.h.as<float>();
     void* act = w.act.data();
     const int n_splits = splits(st.max_tokens);
-    gpu::embed_row(s, embed_, args, embed_scale_, x);
-    gpu::rmsnorm(s, x, 1, H, layers_[0].input_norm.as<const float>(), off, eps, h, act);
+    op(w, prof, 0, [&] {
+      gpu::embed_row(s, embed_, args, embed_scale_, x);
+      gpu::rmsnorm(s, x, 1, H, layers_[0].input_norm.as<const float>(), off, eps, h, act);
+    });
     for (int li = 0; li < cfg_.n_layers; ++li) {
       const LayerConfig& lc = cfg_.layers[li];
       const DevLayer& d = layers_[li];
       const int64_t hd = lc.head_dim, qn = cfg_.n_heads * hd, kn = lc.n_kv_heads * hd;
       float* qkv = w.qkv.as<float>();
-      if (d.qkv_fused) {
-        matvec(s, d.qkv, h, act, qkv);
-      } else {
-        matvec(s, d.q, h, act, qkv);
-        matvec(s, d.k, h, act, qkv + qn);
-        matvec(s, d.v, h, act, qkv + qn + kn);
-      }
+      op(w, prof, 1, [&] {
+        if (d.qkv_fused) {
+          matvec(s, d.qkv, h, act, qkv);
+        } else {
+          matvec(s, d.q, h, act, qkv);
+          matvec(s, d.k, h, act, qkv + qn);
+          matvec(s, d.v, h, act, qkv + qn + kn);
+        }
+      });
       gpu::QKVHeadArgs qa;
       qa.n_heads = cfg_.n_heads;
       qa.n_kv_heads = lc.n_kv_heads;
@@ -343,7 +383,7 @@ class CudaExecutor final : public StepExecutor {
       qa.eps = eps;
       qa.inv_freq_dev = d.inv_freq.as<const float>();
       qa.kv = st.elem;
-      gpu::qkv_heads(s, qa, qkv, args, w.q.as<float>(), st.k[li].data(), st.v[li].data());
+      op(w, prof, 2, [&] { gpu::qkv_heads(s, qa, qkv, args, w.q.as<float>(), st.k[li].data(), st.v[li].data()); });
       gpu::AttentionArgs aa;
       aa.n_heads = cfg_.n_heads;
       aa.n_kv_heads = lc.n_kv_heads;
@@ -354,32 +394,43 @@ class CudaExecutor final : public StepExecutor {
       aa.n_splits = n_splits;
       aa.kv = st.elem;
       const bool o_quant = is_quantized(d.o.dtype);
-      gpu::attention_decode(s, aa, w.q.as<const float>(), st.k[li].data(), st.v[li].data(), args,
-                            w.partial.as<float>(), w.attn.as<float>(), o_quant ? act : nullptr);
-      matvec(s, d.o, w.attn.as<const float>(), act, w.proj.as<float>());
-      gpu::residual_norm(s, H, x, w.proj.as<const float>(), d.post_attn_norm.as<const float>(),
-                         d.pre_ffw_norm.as<const float>(), off, eps, h, act);
+      op(w, prof, 3, [&] {
+        gpu::attention_decode(s, aa, w.q.as<const float>(), st.k[li].data(), st.v[li].data(), args,
+                              w.partial.as<float>(), w.attn.as<float>(), o_quant ? act : nullptr);
+      });
+      op(w, prof, 4, [&] { matvec(s, d.o, w.attn.as<const float>(), act, w.proj.as<float>()); });
+      op(w, prof, 5, [&] {
+        gpu::residual_norm(s, H, x, w.proj.as<const float>(), d.post_attn_norm.as<const float>(),
+                           d.pre_ffw_norm.as<const float>(), off, eps, h, act);
+      });
       const int64_t I = lc.intermediate_size;
       float* gu = w.gu.as<float>();
-      if (d.gu_fused) {
-        matvec(s, d.gu, h, act, gu);
-      } else {
-        matvec(s, d.gate, h, act, gu);
-        matvec(s, d.up, h, act, gu + I);
-      }
+      op(w, prof, 6, [&] {
+        if (d.gu_fused) {
+          matvec(s, d.gu, h, act, gu);
+        } else {
+          matvec(s, d.gate, h, act, gu);
+          matvec(s, d.up, h, act, gu + I);
+        }
+      });
       const bool down_quant = is_quantized(d.down.dtype);
-      gpu::gelu_mul(s, gu, I, down_quant ? nullptr : w.g.as<float>(), down_quant ? act : nullptr);
-      matvec(s, d.down, w.g.as<const float>(), act, w.proj.as<float>());
+      op(w, prof, 7, [&] { gpu::gelu_mul(s, gu, I, down_quant ? nullptr : w.g.as<float>(), down_quant ? act : nullptr); });
+      op(w, prof, 8, [&] { matvec(s, d.down, w.g.as<const float>(), act, w.proj.as<float>()); });
       const float* next = li + 1 < cfg_.n_layers ? layers_[li + 1].input_norm.as<const float>()
                                                  : final_norm_.as<const float>();
-      gpu::residual_norm(s, H, x, w.proj.as<const float>(), d.post_ffw_norm.as<const float>(), next, off, eps, h, act);
+      op(w, prof, 5, [&] {
+        gpu::residual_norm(s, H, x, w.proj.as<const float>(), d.post_ffw_norm.as<const float>(), next, off, eps, h, act);
+      });
     }
-    gpu::lm_head_argmax(s, embed_, h, act, cfg_.final_softcap, w.result.as<uint64_t>(), w.logits.as<float>());
+    op(w, prof, 9, [&] {
+      gpu::lm_head_argmax(s, embed_, h, act, cfg_.final_softcap, w.result.as<uint64_t>(), w.logits.as<float>());
+    });
   }
 
   int splits(int max_tokens) const {
-    // About 8 keys per split (2 per warp) at a full context, at most ~4 CTAs per multiprocessor.
-    const int by_len = (max_tokens + 7) / 8;
+    // About split_keys_ keys per split at a full context (default 8: 2 per warp), at most ~4 CTAs
+    // per multiprocessor in total.
+    const int by_len = (max_tokens + split_keys_ - 1) / split_keys_;
     const int cap = std::max(1, 4 * sm_count_ / std::max(1, cfg_.n_heads));
     return std::max(1, std::min(by_len, cap));
   }
@@ -391,7 +442,8 @@ class CudaExecutor final : public StepExecutor {
   const ModelConfig& cfg_;
   std::string desc_;
   int sm_count_ = 1;
-  bool timing_ = false;
+  int split_keys_ = 8;
+  int timing_ = 0;  // EG_CUDA_TIMING: 1 = GPU time per graph replay, 2 = eager per-kernel-group profile
   gpu::DeviceWeight embed_;
   gpu::DeviceBuffer final_norm_;
   float embed_scale_ = 1.0f;
