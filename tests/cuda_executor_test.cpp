@@ -57,12 +57,6 @@ Fixture load(const std::string& name, const std::string& file) {
   return f;
 }
 
-float max_abs(const float* x, int64_t n) {
-  float m = 0.0f;
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(x[i]));
-  return m;
-}
-
 float g_worst = 0.0f;
 
 // Largest |a − b| over one row, relative to the range of a.
@@ -150,7 +144,9 @@ TEST(CudaExecutor, UnsupportedModelsAreRefusedAndAutoFallsBackToTheCpu) {
   }
   for (const char* file : {"tiny-gemma3-q8_0.gguf"}) {
     const std::string path = find_model("tiny-gemma3", file);
-    if (!path.empty()) EXPECT_EQ(cuda_unsupported_reason(*Model::load_gguf(path)), "");
+    if (!path.empty()) {
+      EXPECT_EQ(cuda_unsupported_reason(*Model::load_gguf(path)), "");
+    }
   }
 }
 
