@@ -32,10 +32,17 @@ message(STATUS "CUDA backend: on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architect
 
 file(GLOB EG_CUDA_SOURCES CONFIGURE_DEPENDS
   ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.cu ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.cpp)
-add_library(edgegemma_cuda STATIC ${EG_CUDA_SOURCES})
+add_library(edgegemma_cuda STATIC ${EG_CUDA_SOURCES} ${PROJECT_SOURCE_DIR}/src/exec/cuda_executor.cpp)
 set_target_properties(edgegemma_cuda PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
   POSITION_INDEPENDENT_CODE ON)
 target_compile_options(edgegemma_cuda PRIVATE
   "$<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=--warn-on-spills;-Xcompiler=-Wall>")
 target_link_libraries(edgegemma_cuda PUBLIC edgegemma_core CUDA::cudart_static)
 
+
+# The engine reaches the CUDA executor through make_executor (src/exec/executor.cpp, compiled with
+# EG_HAVE_CUDA; only that file, so every other object is the CPU build's). edgegemma_core and
+# edgegemma_cuda then depend on each other (static libraries: CMake repeats them on the link line).
+set_source_files_properties(${PROJECT_SOURCE_DIR}/src/exec/executor.cpp PROPERTIES COMPILE_DEFINITIONS EG_HAVE_CUDA)
+target_link_libraries(edgegemma_core PUBLIC edgegemma_cuda)
+target_link_libraries(edgegemma_c PRIVATE edgegemma_cuda)

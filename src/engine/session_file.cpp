@@ -168,6 +168,9 @@ struct SessionFile {
     w.vec(s.cached_);
     w.put<uint8_t>(s.logits_valid_);
     w.vec(s.logits_valid_ ? s.logits_ : std::vector<float>{});
+    // A device cache (--device cuda) keeps its K/V on the device; its host pages are not filled.
+    if (s.kv_->device_state())
+      throw Error("saving a session is not supported with a GPU KV cache yet (use --device cpu)");
     std::ostringstream kv;
     s.kv_->save(kv);
     w.str(kv.str());

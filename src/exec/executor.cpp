@@ -7,6 +7,11 @@
 
 #include "core/error.h"
 
+#ifdef EG_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "exec/cuda_executor.h"
+#endif
+
 namespace eg {
 
 const char* device_name(Device d) {
@@ -29,7 +34,12 @@ DeviceRequest parse_device(const std::string& s) {
 bool device_compiled_in(Device d) {
   switch (d) {
     case Device::CPU: return true;
-    case Device::CUDA: return false;  // the CUDA executor is not wired in yet (src/backend/cuda: kernels only)
+    case Device::CUDA:
+#ifdef EG_HAVE_CUDA
+      return true;
+#else
+      return false;
+#endif
   }
   return false;
 }
@@ -58,10 +68,19 @@ void StepExecutor::decode_argmax(const int32_t* tokens, int B, KVCache* const* k
 }
 
 std::unique_ptr<StepExecutor> make_executor(const Model& model, DeviceRequest request) {
-  if (request.automatic) return make_cpu_executor(model);  // CUDA joins Auto once its executor exists
+  if (request.automatic) {
+#ifdef EG_HAVE_CUDA
+    // A GPU and a model the CUDA executor runs: CUDA; anything else: the CPU.
+    if (cuda::device_available() && cuda_unsupported_reason(model).empty()) return make_cuda_executor(model);
+#endif
+    return make_cpu_executor(model);
+  }
   if (!device_compiled_in(request.device))
     throw Error(std::string("--device ") + device_name(request.device) + ": this build has no " +
                 device_name(request.device) + " executor (use --device cpu)");
+#ifdef EG_HAVE_CUDA
+  if (request.device == Device::CUDA) return make_cuda_executor(model);
+#endif
   return make_cpu_executor(model);
 }
 

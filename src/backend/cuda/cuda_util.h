@@ -31,6 +31,24 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// Quantizes the 32 values v held by the lanes of one warp (lane i: element i of block b) into
+// int8 block b of qs and its {d, Σq} into meta[b]: cpu::quantize_act_row's scheme, bit for bit
+// (d = amax/127 and 1/d IEEE-rounded, q = rint(x·(1/d)) clamped to ±127).
+__device__ __forceinline__ void quantize_block_warp(float v, int lane, int64_t b, int8_t* qs, int2* meta) {
+  float amax = fabsf(v);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  int q = static_cast<int>(rintf(v * id));
+  q = q < -127 ? -127 : (q > 127 ? 127 : q);
+  qs[b * 32 + lane] = static_cast<int8_t>(q);
+  int sum = q;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+  if (lane == 0) meta[b] = make_int2(__float_as_int(d), sum);
+}
+
 /// Launches kernel k<<<grid, block, 0, st>>>(args...), with PDL when `pdl` (CUDA 12+ only).
 template <class... P, class... A>
 void launch_kernel(void (*k)(P...), dim3 grid, dim3 block, cudaStream_t st, bool pdl, A&&... args) {

@@ -13,29 +13,13 @@ namespace {
 
 constexpr int kNormThreads = 256;
 
-// Quantizes the 32 values v held by the lanes of one warp (lane i: element i of block b).
-__device__ __forceinline__ void quantize_block_warp(float v, int lane, int64_t b, int8_t* qs, int2* meta) {
-  float amax = fabsf(v);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, o));
-  const float d = amax / 127.0f;
-  const float id = d != 0.0f ? 1.0f / d : 0.0f;
-  int q = static_cast<int>(rintf(v * id));
-  q = q < -127 ? -127 : (q > 127 ? 127 : q);
-  qs[b * 32 + lane] = static_cast<int8_t>(q);
-  int sum = q;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
-  if (lane == 0) meta[b] = make_int2(__float_as_int(d), sum);
-}
-
 __global__ void quantize_act_kernel(const float* x, int64_t nblocks, int8_t* qs, int2* meta) {
   const int64_t b = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x & 31;
   detail::pdl_trigger();
   detail::pdl_wait();
   if (b >= nblocks) return;  // whole warps leave together (blockDim is a multiple of 32)
-  quantize_block_warp(x[b * 32 + lane], lane, b, qs, meta);
+  detail::quantize_block_warp(x[b * 32 + lane], lane, b, qs, meta);
 }
 
 // One CTA per row. ss = Σ x² (per-thread strided partial sums, then warp shuffles, then the
@@ -76,7 +60,7 @@ __global__ void __launch_bounds__(kNormThreads) rmsnorm_kernel(const float* x, i
     float v = xr[i] * inv;
     if (w) v = v * (w_offset + w[i]);
     yr[i] = v;
-    if (act) quantize_block_warp(v, lane, i / 32, qs, meta);
+    if (act) detail::quantize_block_warp(v, lane, i / 32, qs, meta);
   }
 }
 

@@ -1,0 +1,499 @@
+// The CUDA step executor (cuda_executor.h): Gemma 2/3 dense decoders on GPU 0.
+//
+// Weights are uploaded once in the tiled layout (q|k|v and gate|up as one matrix each when their
+// dtypes match). One decode step of one sequence is one captured CUDA graph per (workspace, KV
+// cache): embedding → per layer [q/k/v matvec, q/k norm + RoPE + K/V write, split attention,
+// o matvec, residual + norms, gate|up matvec, GELU·mul, down matvec, residual + norms] → LM head
+// with argmax. The token and position are read from device memory (StepArgs), copied before each
+// launch. Prefill is a loop of decode steps (a GEMM prefill is a later step).
+//
+// KV: the device keeps contiguous [max_tokens, n_kv_heads, head_dim] K and V per layer in the
+// cache's type (F16/BF16/F32) in KVCache::DeviceState. The host KVCache stays the bookkeeper
+// (n_past, begin_append/commit, truncate); its host pages are allocated but not filled, so
+// save/restore and prefix-cache page export of a CUDA cache are not supported yet.
+#include "exec/cuda_executor.h"
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/kernels.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/decode_kernels.h"
+#include "core/error.h"
+#include "ops/ops.h"
+
+namespace eg {
+namespace {
+
+namespace gpu = eg::cuda;
+
+std::atomic<uint64_t> g_kv_serial{1};
+
+gpu::DeviceBuffer upload_floats(const std::vector<float>& v) {
+  gpu::DeviceBuffer b(v.size() * sizeof(float));
+  b.upload(v.data(), v.size() * sizeof(float));
+  return b;
+}
+
+gpu::DeviceBuffer upload_norm(const NormWeight& w) {
+  std::vector<float> f(static_cast<size_t>(w.n));
+  cpu::to_f32(w.data, w.dtype, f.size(), f.data());
+  return upload_floats(f);
+}
+
+gpu::DeviceWeight upload(const ops::Weight& w) { return gpu::upload_weight(w.data, w.dtype, w.rows, w.cols); }
+
+// Rows of several weights of one dtype and width, stacked into one matrix.
+gpu::DeviceWeight upload_stacked(const std::vector<const ops::Weight*>& ws) {
+  const DType t = ws[0]->dtype;
+  const int64_t cols = ws[0]->cols;
+  const size_t rb = dtype_row_bytes(t, cols);
+  int64_t rows = 0;
+  for (const ops::Weight* w : ws) rows += w->rows;
+  std::vector<uint8_t> host(static_cast<size_t>(rows) * rb);
+  size_t off = 0;
+  for (const ops::Weight* w : ws) {
+    std::memcpy(host.data() + off, w->data, static_cast<size_t>(w->rows) * rb);
+    off += static_cast<size_t>(w->rows) * rb;
+  }
+  return gpu::upload_weight(host.data(), t, rows, cols);
+}
+
+bool same_kind(const ops::Weight& a, const ops::Weight& b) { return a.dtype == b.dtype && a.cols == b.cols; }
+
+struct DevLayer {
+  bool qkv_fused = false, gu_fused = false;
+  gpu::DeviceWeight qkv, q, k, v, o, gu, gate, up, down;
+  gpu::DeviceBuffer input_norm, post_attn_norm, pre_ffw_norm, post_ffw_norm, q_norm, k_norm, inv_freq;
+};
+
+struct CudaKV final : KVCache::DeviceState {
+  uint64_t serial = 0;
+  int max_tokens = 0;
+  gpu::KVElem elem = gpu::KVElem::F16;
+  std::vector<gpu::DeviceBuffer> k, v;
+};
+
+struct CudaWorkspace final : StepWorkspace {
+  ~CudaWorkspace() override {
+    if (profiled_steps > 0) {
+      static const char* names[kGroups] = {"embed+norm", "qkv matvec", "q/k norm+rope+kv", "attention", "o matvec",
+                                           "residual+norms", "gate|up matvec", "gelu*mul", "down matvec", "lm head"};
+      double total = 0.0;
+      for (double g : group_ms) total += g;
+      std::fprintf(stderr, "cuda profile (%lld eager steps, us/step, each kernel timed alone):", static_cast<long long>(profiled_steps));
+      for (int i = 0; i < kGroups; ++i) std::fprintf(stderr, " %s %.1f;", names[i], 1e3 * group_ms[i] / static_cast<double>(profiled_steps));
+      std::fprintf(stderr, " total %.1f\n", 1e3 * total / static_cast<double>(profiled_steps));
+    }
+    if (timed_steps > 0)
+      std::fprintf(stderr, "cuda: %lld graph replays, %.1f us of GPU time each (EG_CUDA_TIMING)\n",
+                   static_cast<long long>(timed_steps), 1e3 * timed_ms / static_cast<double>(timed_steps));
+  }
+  gpu::Stream stream{0};
+  std::unique_ptr<gpu::EventTimer> timer;  // EG_CUDA_TIMING=1: GPU time of every replay
+  double timed_ms = 0.0;
+  int64_t timed_steps = 0;
+  // EG_CUDA_TIMING=2: eager steps (no graph), each kernel group timed alone (µs per step).
+  static constexpr int kGroups = 10;
+  double group_ms[kGroups] = {};
+  int64_t profiled_steps = 0;
+  gpu::DeviceBuffer args, x, h, act, qkv, q, attn, partial, proj, gu, g, logits, result;
+  std::unique_ptr<gpu::Graph> graph;
+  uint64_t graph_kv = 0;  // serial of the cache the graph was captured for
+};
+
+class CudaExecutor final : public StepExecutor {
+ public:
+  explicit CudaExecutor(const Model& m) : m_(m), cfg_(m.config()) {
+    const gpu::DeviceInfo info = gpu::device_info(0);
+    desc_ = "cuda: " + info.name + " (sm_" + std::to_string(info.cc_major) + std::to_string(info.cc_minor) + ")";
+    sm_count_ = info.sm_count;
+    const char* t = std::getenv("EG_CUDA_TIMING");
+    timing_ = t && *t ? std::atoi(t) : 0;
+    if (const char* k = std::getenv("EG_CUDA_SPLIT_KEYS")) split_keys_ = std::max(1, std::atoi(k));  // tuning
+    const ModelWeights& w = m.weights();
+    embed_ = upload(w.embed);
+    final_norm_ = upload_norm(w.final_norm);
+    embed_scale_ = embedding_scale(cfg_.hidden_size, DType::F32);
+    for (int li = 0; li < cfg_.n_layers; ++li) {
+      const LayerConfig& lc = cfg_.layers[li];
+      const LayerWeights& lw = w.layers[li];
+      DevLayer d;
+      d.qkv_fused = same_kind(lw.q, lw.k) && same_kind(lw.q, lw.v);
+      if (d.qkv_fused) {
+        d.qkv = upload_stacked({&lw.q, &lw.k, &lw.v});
+      } else {
+        d.q = upload(lw.q);
+        d.k = upload(lw.k);
+        d.v = upload(lw.v);
+      }
+      d.o = upload(lw.o);
+      d.gu_fused = same_kind(lw.gate, lw.up);
+      if (d.gu_fused) {
+        d.gu = upload_stacked({&lw.gate, &lw.up});
+      } else {
+        d.gate = upload(lw.gate);
+        d.up = upload(lw.up);
+      }
+      d.down = upload(lw.down);
+      d.input_norm = upload_norm(lw.input_norm);
+      d.post_attn_norm = upload_norm(lw.post_attn_norm);
+      d.pre_ffw_norm = upload_norm(lw.pre_ffw_norm);
+      d.post_ffw_norm = upload_norm(lw.post_ffw_norm);
+      if (cfg_.qk_norm) {
+        d.q_norm = upload_norm(lw.q_norm);
+        d.k_norm = upload_norm(lw.k_norm);
+      }
+      // As Model's constructor: frequencies of the pairs past rope_pairs are 0.
+      std::vector<float> inv(static_cast<size_t>(lc.rope_dims / 2), 0.0f);
+      ops::rope_inv_freq(lc.rope_theta, lc.rope_dims, lc.rope_linear_factor, inv.data());
+      for (size_t i = static_cast<size_t>(lc.rope_pairs); i < inv.size(); ++i) inv[i] = 0.0f;
+      if (inv.empty()) inv.push_back(0.0f);
+      d.inv_freq = upload_floats(inv);
+      max_qkv_ = std::max<int64_t>(max_qkv_, static_cast<int64_t>(cfg_.n_heads + 2 * lc.n_kv_heads) * lc.head_dim);
+      max_q_ = std::max<int64_t>(max_q_, static_cast<int64_t>(cfg_.n_heads) * lc.head_dim);
+      max_i_ = std::max<int64_t>(max_i_, lc.intermediate_size);
+      max_hd_ = std::max(max_hd_, lc.head_dim);
+      layers_.push_back(std::move(d));
+    }
+  }
+
+  Device device() const override { return Device::CUDA; }
+  std::string description() const override { return desc_; }
+  const ModelConfig& config() const override { return cfg_; }
+
+  std::unique_ptr<StepWorkspace> new_workspace() const override {
+    auto ws = std::make_unique<CudaWorkspace>();
+    const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
+    const int64_t act_k = std::max({H, max_q_, max_i_});
+    ws->args = gpu::DeviceBuffer(sizeof(gpu::StepArgs));
+    ws->x = gpu::DeviceBuffer(H * 4);
+    ws->h = gpu::DeviceBuffer(H * 4);
+    ws->act = gpu::DeviceBuffer(gpu::act_q8_bytes(act_k));
+    ws->qkv = gpu::DeviceBuffer(max_qkv_ * 4);
+    ws->q = gpu::DeviceBuffer(max_q_ * 4);
+    ws->attn = gpu::DeviceBuffer(max_q_ * 4);
+    ws->proj = gpu::DeviceBuffer(H * 4);
+    ws->gu = gpu::DeviceBuffer(2 * max_i_ * 4);
+    ws->g = gpu::DeviceBuffer(max_i_ * 4);
+    ws->logits = gpu::DeviceBuffer(V * 4);
+    ws->result = gpu::DeviceBuffer(8);
+    return ws;
+  }
+
+  std::unique_ptr<KVCache> new_kv_cache(const KVCacheOptions& opt) const override {
+    if (opt.type == KVType::INT8)
+      throw Error("--device cuda: an int8 KV cache is not supported on the GPU yet (use --kv-type f16, bf16 or f32)");
+    auto kv = std::make_unique<KVCache>(cfg_, opt);
+    auto st = std::make_unique<CudaKV>();
+    st->serial = g_kv_serial.fetch_add(1);
+    st->max_tokens = opt.max_tokens;
+    st->elem = opt.type == KVType::F16 ? gpu::KVElem::F16 : opt.type == KVType::BF16 ? gpu::KVElem::BF16 : gpu::KVElem::F32;
+    const size_t eb = opt.type == KVType::F32 ? 4 : 2;
+    for (int li = 0; li < cfg_.n_layers; ++li) {
+      const LayerConfig& lc = cfg_.layers[li];
+      const size_t bytes = static_cast<size_t>(opt.max_tokens) * lc.n_kv_heads * lc.head_dim * eb;
+      st->k.emplace_back(bytes);
+      st->v.emplace_back(bytes);
+    }
+    kv->set_device_state(std::move(st));
+    return kv;
+  }
+
+  void prefill(const int32_t* tokens, int T, KVCache& kv, StepWorkspace& ws, LogitsMode mode,
+               std::vector<float>& logits) const override {
+    if (T <= 0) throw Error("forward: no tokens");
+    CudaKV& st = check_cache(kv);
+    check_room(kv, T, -1);
+    for (int t = 0; t < T; ++t) check_token(tokens[t]);
+    auto& w = static_cast<CudaWorkspace&>(ws);
+    const int64_t V = cfg_.vocab_size;
+    if (mode == LogitsMode::Last) logits.resize(static_cast<size_t>(V));
+    if (mode == LogitsMode::All) logits.resize(static_cast<size_t>(T) * V);
+    for (int t = 0; t < T; ++t) {
+      step(tokens[t], kv, st, w);
+      const bool want = mode == LogitsMode::All || (mode == LogitsMode::Last && t == T - 1);
+      if (want) {
+        float* dst = logits.data() + (mode == LogitsMode::All ? static_cast<size_t>(t) * V : 0);
+        gpu::copy_to_host_async(w.stream, dst, w.logits.data(), static_cast<size_t>(V) * 4);
+        w.stream.sync();
+      }
+    }
+    w.stream.sync();
+  }
+
+  void decode(const int32_t* tokens, int B, KVCache* const* kvs, StepWorkspace& ws,
+              std::vector<float>& logits) const override {
+    check_batch(tokens, B, kvs);
+    auto& w = static_cast<CudaWorkspace&>(ws);
+    const int64_t V = cfg_.vocab_size;
+    logits.resize(static_cast<size_t>(B) * V);
+    for (int b = 0; b < B; ++b) {
+      step(tokens[b], *kvs[b], check_cache(*kvs[b]), w);
+      gpu::copy_to_host_async(w.stream, logits.data() + static_cast<size_t>(b) * V, w.logits.data(),
+                              static_cast<size_t>(V) * 4);
+    }
+    w.stream.sync();
+  }
+
+  void decode_argmax(const int32_t* tokens, int B, KVCache* const* kvs, StepWorkspace& ws,
+                     int32_t* out) const override {
+    check_batch(tokens, B, kvs);
+    auto& w = static_cast<CudaWorkspace&>(ws);
+    std::vector<uint64_t> keys(static_cast<size_t>(B));
+    for (int b = 0; b < B; ++b) {
+      step(tokens[b], *kvs[b], check_cache(*kvs[b]), w);
+      gpu::copy_to_host_async(w.stream, &keys[b], w.result.data(), 8);
+    }
+    w.stream.sync();
+    for (int b = 0; b < B; ++b) {
+      const gpu::ArgmaxResult r = gpu::decode_argmax(keys[b]);
+      out[b] = r.id < 0 ? 0 : r.id;
+    }
+  }
+
+ private:
+  CudaKV& check_cache(KVCache& kv) const {
+    auto* st = dynamic_cast<CudaKV*>(kv.device_state());
+    if (!st) throw Error("CUDA executor: this KV cache was not made by the CUDA executor (new_kv_cache)");
+    if (kv.n_layers() != cfg_.n_layers)
+      throw Error("KV cache has " + std::to_string(kv.n_layers()) + " layers, the model " + std::to_string(cfg_.n_layers));
+    return *st;
+  }
+  void check_room(const KVCache& kv, int T, int row) const {
+    if (kv.n_past() + T > kv.capacity())
+      throw Error("context full: " + std::to_string(kv.n_past() + T) + " tokens do not fit the KV cache of " +
+                  std::to_string(kv.capacity()) + (row >= 0 ? " (row " + std::to_string(row) + ")" : ""));
+  }
+  void check_token(int32_t id) const {
+    if (id < 0 || id >= cfg_.vocab_size)
+      throw Error("token id " + std::to_string(id) + " outside the vocabulary (size " + std::to_string(cfg_.vocab_size) + ")");
+  }
+  void check_batch(const int32_t* tokens, int B, KVCache* const* kvs) const {
+    if (B <= 0) throw Error("decode: no rows");
+    for (int b = 0; b < B; ++b) {
+      if (!kvs[b]) throw Error("decode: row " + std::to_string(b) + " has no KV cache");
+      for (int c = 0; c < b; ++c)
+        if (kvs[c] == kvs[b]) throw Error("decode: rows " + std::to_string(c) + " and " + std::to_string(b) + " share a KV cache");
+      check_cache(*kvs[b]);
+      check_room(*kvs[b], 1, b);
+      check_token(tokens[b]);
+    }
+  }
+
+  // One token at kv.n_past(): host bookkeeping, args upload, graph replay (captured on first use).
+  void step(int32_t token, KVCache& kv, CudaKV& st, CudaWorkspace& w) const {
+    const int pos = kv.n_past();
+    kv.begin_append(pos, 1);
+    const gpu::StepArgs a{token, pos};
+    gpu::copy_to_device_async(w.stream, w.args.data(), &a, sizeof a);
+    if (timing_ == 2) {
+      if (!w.partial.data() || w.partial.bytes() < partial_bytes(st.max_tokens))
+        w.partial = gpu::DeviceBuffer(partial_bytes(st.max_tokens));
+      if (!w.timer) w.timer = std::make_unique<gpu::EventTimer>(w.stream);
+      enqueue_step(st, w, true);
+      ++w.profiled_steps;
+      kv.commit(pos + 1);
+      return;
+    }
+    if (!w.graph || w.graph_kv != st.serial) {
+      if (!w.partial.data() || w.partial.bytes() < partial_bytes(st.max_tokens))
+        w.partial = gpu::DeviceBuffer(partial_bytes(st.max_tokens));
+      w.graph = std::make_unique<gpu::Graph>();
+      w.graph->begin_capture(w.stream);
+      try {
+        enqueue_step(st, w, false);
+      } catch (...) {
+        try { w.graph->end_capture(); } catch (...) {}
+        w.graph.reset();
+        throw;
+      }
+      w.graph->end_capture();
+      w.graph_kv = st.serial;
+    }
+    if (timing_ == 1) {
+      if (!w.timer) w.timer = std::make_unique<gpu::EventTimer>(w.stream);
+      w.timer->start();
+      w.graph->launch();
+      w.timer->stop();
+      w.timed_ms += w.timer->elapsed_ms();
+      ++w.timed_steps;
+    } else {
+      w.graph->launch();
+    }
+    kv.commit(pos + 1);
+  }
+
+  void matvec(const gpu::Stream& s, const gpu::DeviceWeight& W, const float* x, const void* act, float* y) const {
+    gpu::matvec(s, W, x, act, y);
+  }
+
+  // Runs f; when profiling, alone between two events, its time added to group g.
+  template <class F>
+  void op(CudaWorkspace& w, bool prof, int g, F&& f) const {
+    if (!prof) {
+      f();
+      return;
+    }
+    w.timer->start();
+    f();
+    w.timer->stop();
+    w.group_ms[g] += w.timer->elapsed_ms();
+  }
+
+  void enqueue_step(CudaKV& st, CudaWorkspace& w, bool prof) const {
+    const gpu::Stream& s = w.stream;
+    const int64_t H = cfg_.hidden_size;
+    const float eps = cfg_.rms_norm_eps, off = cfg_.norm_offset;
+    const auto* args = w.args.as<const gpu::StepArgs>();
+    float* x = w.x.as<float>();
+    float* h = w.h.as<float>();
+    void* act = w.act.data();
+    const int n_splits = splits(st.max_tokens);
+    op(w, prof, 0, [&] {
+      gpu::embed_row(s, embed_, args, embed_scale_, x);
+      gpu::rmsnorm(s, x, 1, H, layers_[0].input_norm.as<const float>(), off, eps, h, act);
+    });
+    for (int li = 0; li < cfg_.n_layers; ++li) {
+      const LayerConfig& lc = cfg_.layers[li];
+      const DevLayer& d = layers_[li];
+      const int64_t hd = lc.head_dim, qn = cfg_.n_heads * hd, kn = lc.n_kv_heads * hd;
+      float* qkv = w.qkv.as<float>();
+      op(w, prof, 1, [&] {
+        if (d.qkv_fused) {
+          matvec(s, d.qkv, h, act, qkv);
+        } else {
+          matvec(s, d.q, h, act, qkv);
+          matvec(s, d.k, h, act, qkv + qn);
+          matvec(s, d.v, h, act, qkv + qn + kn);
+        }
+      });
+      gpu::QKVHeadArgs qa;
+      qa.n_heads = cfg_.n_heads;
+      qa.n_kv_heads = lc.n_kv_heads;
+      qa.head_dim = lc.head_dim;
+      qa.rope_dims = lc.rope_dims;
+      qa.q_norm_dev = cfg_.qk_norm ? d.q_norm.as<const float>() : nullptr;
+      qa.k_norm_dev = cfg_.qk_norm ? d.k_norm.as<const float>() : nullptr;
+      qa.w_offset = off;
+      qa.eps = eps;
+      qa.inv_freq_dev = d.inv_freq.as<const float>();
+      qa.kv = st.elem;
+      op(w, prof, 2, [&] { gpu::qkv_heads(s, qa, qkv, args, w.q.as<float>(), st.k[li].data(), st.v[li].data()); });
+      gpu::AttentionArgs aa;
+      aa.n_heads = cfg_.n_heads;
+      aa.n_kv_heads = lc.n_kv_heads;
+      aa.head_dim = lc.head_dim;
+      aa.scale = cfg_.query_scale;
+      aa.softcap = cfg_.attn_softcap;
+      aa.window = lc.type == LayerType::Sliding ? cfg_.sliding_window : 0;
+      aa.n_splits = n_splits;
+      aa.kv = st.elem;
+      const bool o_quant = is_quantized(d.o.dtype);
+      op(w, prof, 3, [&] {
+        gpu::attention_decode(s, aa, w.q.as<const float>(), st.k[li].data(), st.v[li].data(), args,
+                              w.partial.as<float>(), w.attn.as<float>(), o_quant ? act : nullptr);
+      });
+      op(w, prof, 4, [&] { matvec(s, d.o, w.attn.as<const float>(), act, w.proj.as<float>()); });
+      op(w, prof, 5, [&] {
+        gpu::residual_norm(s, H, x, w.proj.as<const float>(), d.post_attn_norm.as<const float>(),
+                           d.pre_ffw_norm.as<const float>(), off, eps, h, act);
+      });
+      const int64_t I = lc.intermediate_size;
+      float* gu = w.gu.as<float>();
+      op(w, prof, 6, [&] {
+        if (d.gu_fused) {
+          matvec(s, d.gu, h, act, gu);
+        } else {
+          matvec(s, d.gate, h, act, gu);
+          matvec(s, d.up, h, act, gu + I);
+        }
+      });
+      const bool down_quant = is_quantized(d.down.dtype);
+      op(w, prof, 7, [&] { gpu::gelu_mul(s, gu, I, down_quant ? nullptr : w.g.as<float>(), down_quant ? act : nullptr); });
+      op(w, prof, 8, [&] { matvec(s, d.down, w.g.as<const float>(), act, w.proj.as<float>()); });
+      const float* next = li + 1 < cfg_.n_layers ? layers_[li + 1].input_norm.as<const float>()
+                                                 : final_norm_.as<const float>();
+      op(w, prof, 5, [&] {
+        gpu::residual_norm(s, H, x, w.proj.as<const float>(), d.post_ffw_norm.as<const float>(), next, off, eps, h, act);
+      });
+    }
+    op(w, prof, 9, [&] {
+      gpu::lm_head_argmax(s, embed_, h, act, cfg_.final_softcap, w.result.as<uint64_t>(), w.logits.as<float>());
+    });
+  }
+
+  int splits(int max_tokens) const {
+    // About split_keys_ keys per split at a full context (default 8: 2 per warp), at most ~4 CTAs
+    // per multiprocessor in total.
+    const int by_len = (max_tokens + split_keys_ - 1) / split_keys_;
+    const int cap = std::max(1, 4 * sm_count_ / std::max(1, cfg_.n_heads));
+    return std::max(1, std::min(by_len, cap));
+  }
+  size_t partial_bytes(int max_tokens) const {
+    return static_cast<size_t>(gpu::attention_partial_floats(cfg_.n_heads, max_hd_, splits(max_tokens))) * 4;
+  }
+
+  const Model& m_;
+  const ModelConfig& cfg_;
+  std::string desc_;
+  int sm_count_ = 1;
+  int split_keys_ = 8;
+  int timing_ = 0;  // EG_CUDA_TIMING: 1 = GPU time per graph replay, 2 = eager per-kernel-group profile
+  gpu::DeviceWeight embed_;
+  gpu::DeviceBuffer final_norm_;
+  float embed_scale_ = 1.0f;
+  std::vector<DevLayer> layers_;
+  int64_t max_qkv_ = 0, max_q_ = 0, max_i_ = 0;
+  int max_hd_ = 0;
+};
+
+std::string matrix_reason(const std::string& name, const ops::Weight& w) {
+  if (!gpu::matvec_supports(w.dtype))
+    return name + " is " + dtype_name(w.dtype) + " (the CUDA matvec takes Q4_0, Q8_0, F16 and BF16)";
+  const int64_t chunk = is_quantized(w.dtype) ? 32 : 8;
+  if (w.cols % chunk != 0) return name + ": " + std::to_string(w.cols) + " columns are not a multiple of " + std::to_string(chunk);
+  return "";
+}
+
+}  // namespace
+
+std::string cuda_unsupported_reason(const Model& model) {
+  const ModelConfig& c = model.config();
+  if (c.family == ModelFamily::Gemma4) return "Gemma 4 is not supported by the CUDA executor yet";
+  if (c.ple_dim != 0) return "per-layer embeddings are not supported";
+  if (c.n_experts > 0) return "mixture of experts is not supported";
+  if (c.v_norm || c.layer_scalar) return "v_norm / layer scalars are not supported";
+  if (c.hidden_size % 32 != 0) return "hidden size " + std::to_string(c.hidden_size) + " is not a multiple of 32";
+  const ModelWeights& w = model.weights();
+  std::string r = matrix_reason("the embedding", w.embed);
+  if (!r.empty()) return r;
+  for (int li = 0; li < c.n_layers; ++li) {
+    const LayerConfig& lc = c.layers[li];
+    const std::string L = "layer " + std::to_string(li);
+    if (lc.kv_source >= 0 || lc.k_eq_v) return L + ": KV sharing is not supported";
+    if (lc.head_dim % 32 != 0 || lc.head_dim > 512) return L + ": head_dim " + std::to_string(lc.head_dim) + " (need a multiple of 32 up to 512)";
+    if (lc.intermediate_size % 32 != 0) return L + ": MLP width not a multiple of 32";
+    const LayerWeights& lw = w.layers[li];
+    const std::pair<const char*, const ops::Weight*> ms[] = {{"q", &lw.q}, {"k", &lw.k}, {"v", &lw.v}, {"o", &lw.o},
+                                                             {"gate", &lw.gate}, {"up", &lw.up}, {"down", &lw.down}};
+    for (const auto& [n, m] : ms) {
+      r = matrix_reason(L + " " + n, *m);
+      if (!r.empty()) return r;
+    }
+  }
+  return "";
+}
+
+std::unique_ptr<StepExecutor> make_cuda_executor(const Model& model) {
+  if (!gpu::device_available()) throw Error("--device cuda: no CUDA device is available");
+  const std::string why = cuda_unsupported_reason(model);
+  if (!why.empty()) throw Error("--device cuda: " + why + " (use --device cpu)");
+  return std::make_unique<CudaExecutor>(model);
+}
+
+}  // namespace eg
