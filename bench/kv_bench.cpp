@@ -1,6 +1,9 @@
 // KV cache benchmarks and report numbers (docs/performance.md "KV cache"):
 //   BM_PagedAttentionDecode/<type>/<ctx>  one decode query against ctx cached positions per
 //                                         storage type (gemma-3-1b head shapes), KV bytes/s read
+//   BM_KVWrite/<type>/<T>                 KVCache::write of T positions (gemma-3-1b K/V shape: 1 kv
+//                                         head x 256) into a prepared page: the cost of converting
+//                                         (and range-checking) K/V into the storage type
 //   BM_KVBytesPer1000Tokens/<model>/<type> kv_bytes_for_context(cfg, 1000) as a counter (no timing)
 //   BM_KVTypeQuality/<type>               tiny-gemma3: perplexity of the first 4096 tokens of
 //                                         valid.txt (BOS + text, one sequence, 4095 predictions)
@@ -63,6 +66,34 @@ void BM_PagedAttentionDecode(benchmark::State& st) {
       benchmark::Counter(static_cast<double>(n) * kv.bytes_per_token(0), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_PagedAttentionDecode)->ArgsProduct({{0, 1, 2, 3}, {512, 4096}})->UseRealTime();
+
+void BM_KVWrite(benchmark::State& st) {
+  const eg::KVType type = kTypes[st.range(0)];
+  const int T = static_cast<int>(st.range(1)), KVH = 1, D = 256;
+  eg::ModelConfig c;
+  c.n_layers = 1;
+  eg::LayerConfig l;
+  l.n_kv_heads = KVH;
+  l.head_dim = D;
+  c.layers.push_back(l);
+  eg::KVCacheOptions o;
+  o.type = type;
+  o.max_tokens = o.page_tokens;
+  eg::KVCache kv(c, o);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd;
+  std::vector<float> k(static_cast<size_t>(T) * KVH * D), v(k.size());
+  for (auto& x : k) x = nd(rng);
+  for (auto& x : v) x = nd(rng);
+  kv.begin_append(0, o.page_tokens);
+  for (auto _ : st) {
+    kv.write(0, 0, T, k.data(), v.data());
+    benchmark::ClobberMemory();
+  }
+  st.SetLabel(eg::kv_type_name(type));
+  st.counters["values/s"] = benchmark::Counter(2.0 * k.size(), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_KVWrite)->ArgsProduct({{0, 1, 2, 3}, {1, 128}});
 
 std::string shared() { return EG_SHARED_DIR; }
 

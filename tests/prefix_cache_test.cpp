@@ -328,9 +328,9 @@ TEST(PrefixCache, MismatchedCachesAreErrors) {
   EXPECT_EQ(wrong.n_past(), 40);  // untouched
   // import_pages: a missing required page is an error and leaves the cache as it was.
   eg::KVCache kv = prefill(*m, X, o);
-  EXPECT_THROW(kv.import_pages(32, [](int, int) -> const uint8_t* { return nullptr; }), eg::Error);
+  EXPECT_THROW(kv.import_pages(32, [](int, int) { return eg::KVPageRef{}; }), eg::Error);
   EXPECT_EQ(kv.n_past(), 40);
-  EXPECT_THROW(kv.import_pages(5000, [](int, int) -> const uint8_t* { return nullptr; }), eg::Error);
+  EXPECT_THROW(kv.import_pages(5000, [](int, int) { return eg::KVPageRef{}; }), eg::Error);
 }
 
 // The pages the import needs: window pages of sliding layers, all pages of global layers, none of

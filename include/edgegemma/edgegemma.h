@@ -75,7 +75,8 @@ void eg_model_free(eg_model* model);
 
 typedef struct eg_session_params {
   int32_t context_tokens;      /* context size in tokens; 0 = min(4096, the model's maximum) */
-  int32_t kv_type;             /* EG_KV_*; default EG_KV_F16 */
+  int32_t kv_type;             /* EG_KV_*; default EG_KV_F16 (a layer beyond F16's ±65504 switches to
+                                  BF16 by itself; one warning on stderr per process) */
   int32_t kv_page_tokens;      /* KV page size in tokens; default 128 */
   int32_t chat;                /* 1 = chat mode (chat template; default), 0 = raw text mode */
   int32_t overflow;            /* EG_OVERFLOW_*; default EG_OVERFLOW_DROP_OLDEST_TURNS */

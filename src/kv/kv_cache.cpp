@@ -8,8 +8,11 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "kv/kv_store.h"
 
 namespace eg {
+
+using kvstore::elem_bytes;
 
 const char* kv_type_name(KVType t) {
   switch (t) {
@@ -32,16 +35,6 @@ KVType parse_kv_type(const std::string& s) {
 }
 
 namespace {
-
-size_t elem_bytes(KVType t) {
-  switch (t) {
-    case KVType::F16:
-    case KVType::BF16: return 2;
-    case KVType::F32: return 4;
-    case KVType::INT8: return 1;
-  }
-  return 4;
-}
 
 KVCacheOptions resolve(const KVCacheOptions& in) {
   KVCacheOptions o = in;
@@ -91,40 +84,6 @@ int64_t sliding_peak_pages(int tokens, int window, int margin, int P) {
     peak = std::max(peak, live);
   }
   return peak;
-}
-
-// Converts one row of n f32 values into the storage type; returns the INT8 scale (1 otherwise).
-float store_row(KVType t, const float* x, int n, uint8_t* dst) {
-  switch (t) {
-    case KVType::F32: std::memcpy(dst, x, n * sizeof(float)); return 1.0f;
-    case KVType::F16: {
-      auto* d = reinterpret_cast<uint16_t*>(dst);
-      for (int i = 0; i < n; ++i) d[i] = f32_to_f16(x[i]);
-      return 1.0f;
-    }
-    case KVType::BF16: {
-      auto* d = reinterpret_cast<uint16_t*>(dst);
-      for (int i = 0; i < n; ++i) d[i] = f32_to_bf16(x[i]);
-      return 1.0f;
-    }
-    case KVType::INT8: {
-      float amax = 0.0f;
-      for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-      const float scale = amax / 127.0f;
-      auto* d = reinterpret_cast<int8_t*>(dst);
-      if (scale == 0.0f) {
-        std::memset(d, 0, n);
-        return 0.0f;
-      }
-      const float inv = 1.0f / scale;
-      for (int i = 0; i < n; ++i) {
-        const float q = std::nearbyint(x[i] * inv);
-        d[i] = static_cast<int8_t>(std::clamp(q, -127.0f, 127.0f));
-      }
-      return scale;
-    }
-  }
-  return 1.0f;
 }
 
 // kv_pages_held() for one layer: a sliding layer recycles in begin_append exactly as below.
@@ -216,6 +175,7 @@ void KVCache::init(const ModelConfig& cfg, const KVCacheOptions& opt) {
     Layer& l = layers_[i];
     if (lc.kv_source >= i) throw Error("layer " + std::to_string(i) + ": KV source must be an earlier layer");
     l.owner = lc.kv_source >= 0 ? lc.kv_source : i;
+    l.type = opt_.type;
     l.n_kv_heads = lc.n_kv_heads;
     l.head_dim = lc.head_dim;
     l.window = lc.type == LayerType::Sliding ? cfg.sliding_window : 0;
@@ -287,23 +247,58 @@ void KVCache::write(int layer, int pos0, int T, const float* k, const float* v) 
   if (T <= 0 || page >= static_cast<int>(l.table.size()) || !l.table[page] || (pos0 + T - 1) / P != page)
     throw Error("KV cache: positions " + std::to_string(pos0) + ".." + std::to_string(pos0 + T - 1) +
                 " of layer " + std::to_string(layer) + " were not prepared by begin_append");
-  uint8_t* base = l.table[page];
+  if (store_rows(l, pos0, T, k, v)) handle_flagged_write(layer, pos0, T, k, v);
+}
+
+bool KVCache::store_rows(Layer& l, int pos0, int T, const float* k, const float* v) {
+  uint8_t* base = l.table[pos0 / opt_.page_tokens];
   const int nkv = l.n_kv_heads, hd = l.head_dim;
-  const size_t es = elem_bytes(opt_.type);
+  const size_t es = elem_bytes(l.type);
+  bool flag = false;
   for (int t = 0; t < T; ++t) {
-    const int r = (pos0 + t) % P;
+    const int r = (pos0 + t) % opt_.page_tokens;
     for (int h = 0; h < nkv; ++h) {
       const size_t row = static_cast<size_t>(r) * nkv + h;
       const size_t src = (static_cast<size_t>(t) * nkv + h) * hd;
-      const float ks = store_row(opt_.type, k + src, hd, base + l.k_off + row * hd * es);
-      const float vs = store_row(opt_.type, v + src, hd, base + l.v_off + row * hd * es);
-      if (opt_.type == KVType::INT8) {
+      const float ks = kvstore::store_row(l.type, k + src, hd, base + l.k_off + row * hd * es, flag);
+      const float vs = kvstore::store_row(l.type, v + src, hd, base + l.v_off + row * hd * es, flag);
+      if (l.type == KVType::INT8) {
         std::memcpy(base + l.ks_off + row * sizeof(float), &ks, sizeof(float));
         std::memcpy(base + l.vs_off + row * sizeof(float), &vs, sizeof(float));
       }
     }
   }
+  return flag;
 }
+
+void KVCache::handle_flagged_write(int layer, int pos0, int T, const float* k, const float* v) {
+  Layer& l = layers_[layer];
+  const size_t n = static_cast<size_t>(T) * l.n_kv_heads * l.head_dim;
+  const kvstore::InputCheck c = kvstore::check_inputs(l.type, v, n, kvstore::check_inputs(l.type, k, n));
+  if (c.overflow) {
+    const KVType wide = kvstore::widened(l.type);
+    if (wide != l.type) {
+      const KVType from = l.type;
+      widen_to_bf16(l);
+      kvstore::warn_widened(layer, c.max_finite, from, wide);
+      if (store_rows(l, pos0, T, k, v) && kvstore::check_inputs(wide, v, n, kvstore::check_inputs(wide, k, n)).overflow)
+        kvstore::warn_non_finite(layer, wide, true);  // |x| > 3.39e38: beyond BF16 too
+    } else {
+      kvstore::warn_non_finite(layer, l.type, true);
+    }
+  }
+  if (c.non_finite) kvstore::warn_non_finite(layer, l.type, false);
+}
+
+void KVCache::widen_to_bf16(Layer& l) {
+  // K and V data are the first 2·(page_tokens·n_kv_heads·head_dim) elements of a page (no scales).
+  const size_t values = l.page_bytes / 2;
+  for (uint8_t* p : l.table)
+    if (p) kvstore::f16_to_bf16_inplace(p, values);
+  l.type = KVType::BF16;
+}
+
+KVType KVCache::layer_type(int layer) const { return layers_[layers_.at(layer).owner].type; }
 
 void KVCache::commit(int n) {
   if (n < n_past_ || n > opt_.max_tokens) throw Error("KV cache: bad commit to " + std::to_string(n));
@@ -314,7 +309,7 @@ KVLayerView KVCache::view(int layer) const {
   const Layer& me = layers_.at(layer);
   const Layer& l = layers_[me.owner];
   KVLayerView v;
-  v.type = opt_.type;
+  v.type = l.type;
   v.page_tokens = opt_.page_tokens;
   v.n_kv_heads = l.n_kv_heads;
   v.head_dim = l.head_dim;
@@ -338,29 +333,41 @@ const uint8_t* KVCache::page_data(int layer, int page) const {
   return l.table[page];
 }
 
-void KVCache::import_pages(int n, const std::function<const uint8_t*(int layer, int page)>& page_src) {
+void KVCache::import_pages(int n, const std::function<KVPageRef(int layer, int page)>& page_src) {
   if (n < 0 || n > opt_.max_tokens)
     throw Error("KV cache import: " + std::to_string(n) + " positions do not fit the KV cache of " +
                 std::to_string(opt_.max_tokens));
   // Collect (and check) every page first: src[i][j - first[i]] for j in [first[i], end).
-  std::vector<std::vector<const uint8_t*>> src(layers_.size());
+  // Per layer the pages' encodings must be the configured type or its widening (an F16 layer
+  // that overflowed in the source cache); a layer with any widened page is imported widened.
+  const KVType wide = kvstore::widened(opt_.type);
+  std::vector<std::vector<KVPageRef>> src(layers_.size());
   std::vector<int> first(layers_.size(), 0);
+  std::vector<KVType> types(layers_.size(), opt_.type);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
     const KVPageRange need = needed_range(l.page_bytes > 0, l.window, n, opt_);
     const KVPageRange held = held_range(l.page_bytes > 0, l.window, n, opt_);
+    auto check_type = [&](const KVPageRef& p, int j) {
+      if (p.type != opt_.type && p.type != wide)
+        throw Error("KV cache import: page " + std::to_string(j) + " of layer " + std::to_string(i) + " is " +
+                    kv_type_name(p.type) + ", the cache stores " + kv_type_name(opt_.type));
+      if (p.type != opt_.type) types[i] = p.type;
+    };
     for (int j = need.first; j < need.end; ++j) {
-      const uint8_t* p = page_src(static_cast<int>(i), j);
-      if (!p)
+      const KVPageRef p = page_src(static_cast<int>(i), j);
+      if (!p.data)
         throw Error("KV cache import: page " + std::to_string(j) + " (positions from " +
                     std::to_string(j * opt_.page_tokens) + ") of layer " + std::to_string(i) + " is missing");
+      check_type(p, j);
       src[i].push_back(p);
     }
     first[i] = need.first;
-    std::vector<const uint8_t*> margin;  // optional pages below, nearest first
+    std::vector<KVPageRef> margin;  // optional pages below, nearest first
     for (int j = need.first - 1; j >= held.first; --j) {
-      const uint8_t* p = page_src(static_cast<int>(i), j);
-      if (!p) break;
+      const KVPageRef p = page_src(static_cast<int>(i), j);
+      if (!p.data) break;
+      check_type(p, j);
       margin.push_back(p);
       first[i] = j;
     }
@@ -373,9 +380,12 @@ void KVCache::import_pages(int n, const std::function<const uint8_t*(int layer, 
     const int end = first[i] + static_cast<int>(src[i].size());
     l.table.assign(end, nullptr);
     for (int j = first[i]; j < end; ++j) {
+      const KVPageRef& p = src[i][j - first[i]];
       l.table[j] = take_page(l);
-      std::memcpy(l.table[j], src[i][j - first[i]], l.page_bytes);
+      std::memcpy(l.table[j], p.data, l.page_bytes);
+      if (p.type != types[i]) kvstore::f16_to_bf16_inplace(l.table[j], l.page_bytes / 2);  // F16 -> BF16
     }
+    l.type = types[i];
     l.first_page = first[i];
   }
   n_past_ = n;
@@ -409,6 +419,7 @@ void KVCache::clear() {
     if (!l.page_bytes) continue;
     drop_pages_from(l, 0);
     l.first_page = 0;
+    l.type = opt_.type;  // an empty cache starts in the configured type again
   }
   n_past_ = 0;
 }
@@ -454,7 +465,7 @@ size_t KVCache::bytes_per_token(int layer) const {
   const Layer& l = layers_.at(layer);
   if (l.page_bytes == 0) return 0;
   const size_t row = static_cast<size_t>(l.n_kv_heads) * l.head_dim;
-  return 2 * row * elem_bytes(opt_.type) + (opt_.type == KVType::INT8 ? 2 * l.n_kv_heads * sizeof(float) : 0);
+  return 2 * row * elem_bytes(l.type) + (l.type == KVType::INT8 ? 2 * l.n_kv_heads * sizeof(float) : 0);
 }
 
 }  // namespace eg

@@ -23,6 +23,19 @@
 // Conversions into the cache: F16 / BF16 round to nearest even (core/dtype.h); INT8 is symmetric
 // per token and kv head: scale = amax / 127, q = round(x / scale) clamped to [-127, 127] (scale 0
 // and q = 0 for an all-zero row). Reading converts back to f32 (x ≈ q · scale).
+//
+// Range (docs/sessions.md, "KV cache types"): F16 holds at most ±65504. When a finite value beyond
+// that (|x| >= 65520, which rounds to inf) is written to an F16 layer, that layer switches to
+// BF16 (f32's exponent range, same page size): its pages in use are re-encoded in place (each F16
+// value rounded to BF16), the write is stored as BF16, and so is every later write to the layer,
+// until clear() (an empty cache starts in the configured type again). layer_type() / view() tell
+// a layer's current type; KV-shared layers follow their source. Warned once per process
+// (core/warning.h). The check is three integer operations per stored value, fused into the
+// conversion loop; the rest runs only when it fires.
+// Non-finite inputs (NaN, inf: the model's activations are broken) are never hidden as finite
+// values: F16/BF16/F32 store them as such, INT8 stores the row with a NaN scale (it reads back as
+// NaN), and a warning is printed once. INT8 cannot overflow (the scale follows amax); BF16/F32
+// hold every finite f32 (BF16 rounds only |x| > 3.39e38 to inf, warned as non-finite).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -84,9 +97,16 @@ KVPageRange kv_pages_held(const ModelConfig& cfg, int layer, int n, const KVCach
 /// kv_pages_held(): the pages between the two are the sliding layers' rollback margin.
 KVPageRange kv_pages_needed(const ModelConfig& cfg, int layer, int n, const KVCacheOptions& opt);
 
+/// One page handed to KVCache::import_pages: its bytes and the type they are encoded in (the
+/// layer_type() of the cache they came from). data = nullptr: not available.
+struct KVPageRef {
+  const uint8_t* data = nullptr;
+  KVType type = KVType::F16;
+};
+
 /// Read-only view of one layer's pages for attention (kv/paged_attention.h).
 struct KVLayerView {
-  KVType type = KVType::F32;
+  KVType type = KVType::F32;  // the layer's current type (layer_type())
   int page_tokens = 0;
   int n_kv_heads = 0;
   int head_dim = 0;
@@ -115,7 +135,11 @@ class KVCache {
   ~KVCache();
 
   const KVCacheOptions& options() const { return opt_; }  // margin resolved (never -1)
+  /// The configured type (options().type). A layer may have been widened: see layer_type().
   KVType type() const { return opt_.type; }
+  /// The type `layer`'s pages are encoded in now (its source layer's for a KV-shared layer):
+  /// type(), or BF16 for an F16 layer that overflowed (see the top of this file).
+  KVType layer_type(int layer) const;
   int n_layers() const { return static_cast<int>(layers_.size()); }
   /// The context limit (tokens). capacity() is the same number.
   int max_tokens() const { return opt_.max_tokens; }
@@ -153,7 +177,8 @@ class KVCache {
   /// Throws eg::Error otherwise.
   void begin_append(int pos0, int T);
   /// Converts and stores k, v [T, n_kv_heads, head_dim] (f32) of `layer` at positions
-  /// pos0 .. pos0+T-1 (prepared by begin_append). `layer` must own its storage.
+  /// pos0 .. pos0+T-1 (prepared by begin_append). `layer` must own its storage. A finite value
+  /// beyond F16's range switches an F16 layer to BF16 first; NaN/inf are warned about (top of file).
   void write(int layer, int pos0, int T, const float* k, const float* v);
   /// Marks positions up to n (exclusive) as stored: n_past() = n (after a sub-pass).
   void commit(int n);
@@ -164,13 +189,16 @@ class KVCache {
 
   // --- page export / import (prefix cache: kv/prefix_cache.h) --------------------------------
   /// The bytes of logical page `page` of `layer` (page_bytes(layer) bytes, laid out as in
-  /// KVLayerView: K, V, INT8 scales), or nullptr when the layer owns no storage (KV-shared) or does
+  /// KVLayerView: K, V, INT8 scales; encoded in layer_type(layer)), or nullptr when the layer owns no storage (KV-shared) or does
   /// not hold that page (recycled, never allocated, or out of range). Positions >= n_past() inside
   /// the page are unspecified. The pointer is valid until the cache is next modified.
   const uint8_t* page_data(int layer, int page) const;
   /// Rebuilds the cache as holding positions 0 .. n-1 (0 <= n <= max_tokens()) from imported
   /// pages, each page_bytes(layer) bytes of a cache with the same options and model, returned by
-  /// page_src(layer, j) (nullptr: not available). For every layer that owns storage, the pages of
+  /// page_src(layer, j) with the type its bytes are encoded in (data nullptr: not available). A
+  /// layer whose pages are all of type() keeps type(); if some are BF16 in an F16 cache (widened
+  /// in the cache they came from), the layer becomes BF16 and its F16 pages are re-encoded, so one
+  /// layer never mixes encodings. Any other type is an error. For every layer that owns storage, the pages of
   /// kv_pages_needed(cfg, layer, n, options()) are required; below them, the further pages of
   /// kv_pages_held() (the rollback margin) are imported too as far as they are available
   /// contiguously. Pages are copied. The cache then continues bit-identically to one that stored
@@ -178,15 +206,17 @@ class KVCache {
   /// returns 0 (re-prefill) where that cache would have kept the positions. Throws eg::Error naming
   /// the layer and page, before changing the cache, if a required page is missing or n is out of
   /// range.
-  void import_pages(int n, const std::function<const uint8_t*(int layer, int page)>& page_src);
+  void import_pages(int n, const std::function<KVPageRef(int layer, int page)>& page_src);
 
   // --- serialization (sessions) ---------------------------------------------------------------
-  /// Writes a versioned header, the options, the per-layer shapes, n_past and the raw bytes of the
-  /// pages in use (not the free ones). Throws eg::Error if the stream fails.
+  /// Writes a versioned header, the options, the per-layer shapes and types (layer_type()),
+  /// n_past and the raw bytes of the pages in use (not the free ones). Throws eg::Error if the
+  /// stream fails.
   void save(std::ostream& os) const;
   /// Reads what save() wrote. The restored cache is bit-identical in every live page (same
   /// attention results). Throws eg::Error on a bad magic/version, a layer shape that does not
-  /// match `cfg`, invalid options, or truncated input.
+  /// match `cfg`, invalid options, or truncated input. Reads version 1 streams (written before
+  /// per-layer types existed: every layer has the configured type) and version 2.
   static KVCache load(std::istream& is, const ModelConfig& cfg);
 
   // --- device side (exec/executor.h) ----------------------------------------------------------
@@ -202,6 +232,7 @@ class KVCache {
  private:
   struct Layer {
     int owner = 0;           // layer whose pages this one reads
+    KVType type = KVType::F16;  // encoding of this layer's pages (opt_.type or its widening)
     bool sliding = false;    // owns storage and recycles
     int window = 0;
     int n_kv_heads = 0, head_dim = 0;
@@ -216,6 +247,13 @@ class KVCache {
   void init(const ModelConfig& cfg, const KVCacheOptions& opt);
   uint8_t* take_page(Layer& l);
   void drop_pages_from(Layer& l, int first_dropped);
+  // Re-encodes every page `l` holds from F16 to BF16 (page layout unchanged) and sets its type.
+  static void widen_to_bf16(Layer& l);
+  // write()'s slow path, after some stored value was not finite: widens the layer and stores the
+  // rows again when a finite value overflowed F16; warns.
+  void handle_flagged_write(int layer, int pos0, int T, const float* k, const float* v);
+  // Stores the rows in l.type; returns whether some stored value is not finite.
+  bool store_rows(Layer& l, int pos0, int T, const float* k, const float* v);
 
   KVCacheOptions opt_;
   int n_past_ = 0;

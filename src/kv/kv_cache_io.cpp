@@ -1,10 +1,13 @@
 // KVCache::save / KVCache::load: a self-describing little-endian stream of the live pages.
 //
-// Format (version 1): "EGKVCACH" | u32 version | u8 type | i32 page_tokens | i32 margin |
+// Format (version 2): "EGKVCACH" | u32 version | u8 type | i32 page_tokens | i32 margin |
 // i32 max_tokens | i32 n_layers | per layer: i32 owner, i32 n_kv_heads, i32 head_dim, i32 window,
-// u64 page_bytes | i32 n_past | per layer that owns storage: i32 first_page, i32 n_pages, then
-// n_pages × (u8 present, page bytes if present) for logical pages first_page .. first_page+n_pages-1
-// | "EGKVEND!".
+// u64 page_bytes, u8 layer type (KVCache::layer_type: the configured type, or BF16 for an F16
+// layer widened after an overflow) | i32 n_past | per layer that owns storage: i32 first_page,
+// i32 n_pages, then n_pages × (u8 present, page bytes if present) for logical pages
+// first_page .. first_page+n_pages-1 | "EGKVEND!".
+// Version 1 is the same without the per-layer type byte (every layer has the configured type);
+// load() reads both.
 #include <algorithm>
 #include <cstring>
 #include <istream>
@@ -12,6 +15,7 @@
 
 #include "core/error.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_store.h"
 
 namespace eg {
 
@@ -19,7 +23,8 @@ namespace {
 
 constexpr char kMagic[8] = {'E', 'G', 'K', 'V', 'C', 'A', 'C', 'H'};
 constexpr char kEnd[8] = {'E', 'G', 'K', 'V', 'E', 'N', 'D', '!'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
+constexpr uint32_t kOldestVersion = 1;
 
 template <class T>
 void put(std::ostream& os, T v) {
@@ -56,6 +61,7 @@ void KVCache::save(std::ostream& os) const {
     put<int32_t>(os, l.head_dim);
     put<int32_t>(os, l.window);
     put<uint64_t>(os, l.page_bytes);
+    put<uint8_t>(os, static_cast<uint8_t>(layers_[l.owner].type));  // layer_type()
   }
   put<int32_t>(os, n_past_);
   const int used_pages = (n_past_ + opt_.page_tokens - 1) / opt_.page_tokens;
@@ -79,9 +85,9 @@ KVCache KVCache::load(std::istream& is, const ModelConfig& cfg) {
   if (!is.read(magic, sizeof magic)) throw Error("KV cache stream truncated while reading the magic");
   if (std::memcmp(magic, kMagic, sizeof magic) != 0) throw Error("not a KV cache stream (bad magic)");
   const auto version = get<uint32_t>(is, "the version");
-  if (version != kVersion)
+  if (version < kOldestVersion || version > kVersion)
     throw Error("KV cache stream version " + std::to_string(version) + " is not supported (expected " +
-                std::to_string(kVersion) + ")");
+                std::to_string(kOldestVersion) + ".." + std::to_string(kVersion) + ")");
   KVCacheOptions o;
   const auto type = get<uint8_t>(is, "the KV type");
   if (type > static_cast<uint8_t>(KVType::INT8)) throw Error("KV cache stream: unknown KV type " + std::to_string(type));
@@ -93,7 +99,7 @@ KVCache KVCache::load(std::istream& is, const ModelConfig& cfg) {
   kv.init(cfg, o);  // validates the options
   expect_eq(get<int32_t>(is, "the layer count"), cfg.n_layers, "the layer count");
   for (int i = 0; i < cfg.n_layers; ++i) {
-    const Layer& l = kv.layers_[i];
+    Layer& l = kv.layers_[i];
     const std::string li = "layer " + std::to_string(i) + " ";
     expect_eq(get<int32_t>(is, "a layer"), l.owner, li + "KV source");
     expect_eq(get<int32_t>(is, "a layer"), l.n_kv_heads, li + "KV heads");
@@ -101,6 +107,15 @@ KVCache KVCache::load(std::istream& is, const ModelConfig& cfg) {
     expect_eq(get<int32_t>(is, "a layer"), l.window, li + "sliding window");
     expect_eq(static_cast<int64_t>(get<uint64_t>(is, "a layer")), static_cast<int64_t>(l.page_bytes),
               li + "page bytes");
+    if (version >= 2) {
+      const auto t = get<uint8_t>(is, "a layer type");
+      const bool shared = l.owner != i;
+      if (shared ? t != static_cast<uint8_t>(kv.layers_[l.owner].type)
+                 : t != static_cast<uint8_t>(o.type) && t != static_cast<uint8_t>(kvstore::widened(o.type)))
+        throw Error("KV cache stream: " + li + "has type " + std::to_string(t) + " in a " + kv_type_name(o.type) +
+                    " cache" + (shared ? " (its KV source has another)" : ""));
+      l.type = static_cast<KVType>(t);
+    }
   }
   const int n_past = get<int32_t>(is, "n_past");
   if (n_past < 0 || n_past > o.max_tokens)

@@ -12,6 +12,7 @@ struct PrefixCache::Block {
   uint64_t id = 0, parent = 0, hash = 0, tick = 0;
   std::vector<int32_t> tokens;                    // the block's page_tokens ids
   std::vector<std::unique_ptr<uint8_t[]>> pages;  // per layer; null: not stored (KV-shared, recycled)
+  std::vector<KVType> types;                      // per layer: the encoding of pages[l] (layer_type)
   size_t bytes = 0;
   int children = 0;
 };
@@ -118,6 +119,7 @@ void PrefixCache::insert(const std::vector<int32_t>& tokens, const KVCache& kv) 
       nb->hash = hash_(parent, toks, P);
       nb->tokens.assign(toks, toks + P);
       nb->pages.resize(cfg_.n_layers);
+      nb->types.assign(cfg_.n_layers, opt_.type);
       nb->tick = tick_;
       if (parent != 0) {
         Block& p = *blocks_.at(parent);
@@ -134,6 +136,7 @@ void PrefixCache::insert(const std::vector<int32_t>& tokens, const KVCache& kv) 
       if (b->pages[l] || !src) continue;
       b->pages[l].reset(new uint8_t[page_bytes_[l]]);
       std::memcpy(b->pages[l].get(), src, page_bytes_[l]);
+      b->types[l] = kv.layer_type(l);
       b->bytes += page_bytes_[l];
       bytes_ += page_bytes_[l];
     }
@@ -178,7 +181,9 @@ int PrefixCache::load_longest_prefix(const std::vector<int32_t>& tokens, KVCache
     return 0;
   }
   const int k = L / opt_.page_tokens;
-  kv.import_pages(L, [&](int layer, int page) -> const uint8_t* { return path[page]->pages[layer].get(); });
+  kv.import_pages(L, [&](int layer, int page) {
+    return KVPageRef{path[page]->pages[layer].get(), path[page]->types[layer]};
+  });
   ++tick_;
   for (int j = 0; j < k; ++j) touch(*path[j]);
   stats_.hit_tokens += L;

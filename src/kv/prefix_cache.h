@@ -15,6 +15,11 @@
 // (KVCache::import_pages) continues exactly as if it had prefilled the prefix itself: logits are
 // byte-identical with the prefix cache on or off.
 //
+// Exception: an F16 cache layer that overflowed was switched to BF16 (kv_cache.h, "Range"), and
+// its pages were re-encoded. Each stored page keeps its encoding (KVCache::layer_type at insert);
+// import_pages gives a layer with any BF16 page BF16 and re-encodes its F16 pages, so encodings
+// never mix, and the continuation equals the source cache's up to that BF16 rounding.
+//
 // Sliding-window layers recycle pages below their window, so a stored block may lack those layers'
 // pages (insert stores what the cache still has, and fills such gaps when a later insert has them).
 // A prefix of L = k·P tokens is usable only if every page kv_pages_needed(cfg, layer, L, ...) names
