@@ -2,7 +2,6 @@
 // on the dequantized weights, with a rigorous tolerance from the activation quantization error;
 // bit-exact invariance to T, batching, thread count and SIMD target.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cmath>
 #include <cstdio>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/quant_kernels.h"
+#include "backend/cpu/thread_pool.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "hwy/targets.h"
@@ -171,13 +171,12 @@ TEST(QuantKernels, BatchingAndThreadInvariance) {
     for (int64_t tt = 0; tt < T; ++tt) eg::ops::matmul(x.data() + tt * K, 1, q.w, one.data() + tt * N);
     eg::ops::matmul(x.data(), 4, q.w, chunk.data());
     eg::ops::matmul(x.data() + 4 * K, 5, q.w, chunk.data() + 4 * N);
-    const int saved = omp_get_max_threads();
-    omp_set_num_threads(1);
+    eg::cpu::set_num_threads(1);
     eg::ops::matmul(x.data(), T, q.w, thr1.data());
-    omp_set_num_threads(2);
+    eg::cpu::set_num_threads(3);
     std::vector<float> thr2(T * N);
     eg::ops::matmul(x.data(), T, q.w, thr2.data());
-    omp_set_num_threads(saved);
+    eg::cpu::set_num_threads(0);
     EXPECT_EQ(0, std::memcmp(all.data(), one.data(), all.size() * 4)) << eg::dtype_name(t);
     EXPECT_EQ(0, std::memcmp(all.data(), chunk.data(), all.size() * 4)) << eg::dtype_name(t);
     EXPECT_EQ(0, std::memcmp(all.data(), thr1.data(), all.size() * 4)) << eg::dtype_name(t);
