@@ -3,12 +3,12 @@
 // STREAM-like read bandwidth (BM_StreamRead) to compare against (docs/performance.md,
 // "Quantized kernels"). Run: build/bench/quant_bench --benchmark_min_time=0.5
 #include <benchmark/benchmark.h>
-#include <omp.h>
 
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "backend/cpu/thread_pool.h"
 #include "core/dtype.h"
 #include "ops/ops.h"
 #include "quant/quant.h"
@@ -82,17 +82,24 @@ BENCHMARK(BM_QuantMatmul)->Apply(QuantArgs)->UseRealTime();
 void BM_StreamRead(benchmark::State& st) {
   const size_t n = (512u << 20) / 8;
   std::vector<uint64_t> buf(n);
-#pragma omp parallel for schedule(static)
-  for (size_t i = 0; i < n; ++i) buf[i] = i;
+  const int T = eg::cpu::num_threads();
+  eg::cpu::parallel_for(T, [&](int64_t t, int) {
+    for (size_t i = n * static_cast<size_t>(t) / T; i < n * static_cast<size_t>(t + 1) / T; ++i) buf[i] = i;
+  });
+  std::vector<uint64_t> part(T);
   for (auto _ : st) {
+    eg::cpu::parallel_for(T, [&](int64_t t, int) {
+      uint64_t s = 0;
+      for (size_t i = n * static_cast<size_t>(t) / T; i < n * static_cast<size_t>(t + 1) / T; ++i) s += buf[i];
+      part[t] = s;
+    });
     uint64_t s = 0;
-#pragma omp parallel for schedule(static) reduction(+ : s)
-    for (size_t i = 0; i < n; ++i) s += buf[i];
+    for (uint64_t v : part) s += v;
     benchmark::DoNotOptimize(s);
   }
   st.counters["bytes/s"] =
       benchmark::Counter(static_cast<double>(n * 8), benchmark::Counter::kIsIterationInvariantRate);
-  st.counters["threads"] = omp_get_max_threads();
+  st.counters["threads"] = eg::cpu::num_threads();
 }
 BENCHMARK(BM_StreamRead)->UseRealTime()->Unit(benchmark::kMillisecond);
 

@@ -17,8 +17,6 @@
 // Usage: typing_bench [--tokens 300] [--cps 6] [--threads N] [--reps R] MODEL_DIR...
 // Prints one Markdown table row per model (docs/performance.md, "Prefill while typing").
 // (A plain executable: its own main() replaces Google Benchmark's, which this folder links.)
-#include <omp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -28,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/thread_pool.h"
 #include "core/error.h"
 #include "engine/loaded_model.h"
 #include "engine/session.h"
@@ -151,7 +150,7 @@ int main(int argc, char** argv) {
     } else models.push_back(a);
   }
   if (models.empty()) models.push_back(std::string(EG_SHARED_DIR) + "/models/tiny-gemma3");
-  if (threads > 0) omp_set_num_threads(threads);
+  if (threads > 0) eg::cpu::set_default_num_threads(threads);
   g_threads = threads;
   std::printf("| model | question tokens (chars) | typing time | TTFT without | TTFT with | prompt tokens reused | "
               "background compute (max per key) | lag at Enter |\n|---|---|---|---|---|---|---|---|\n");
@@ -178,7 +177,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "typing_bench: error: %s\n", e.what());
     return 1;
   }
-  std::printf("(%d threads, %.1f characters per second, median of %d run%s)\n", omp_get_max_threads(), cps, reps,
+  std::printf("(%d threads, %.1f characters per second, median of %d run%s)\n", eg::cpu::num_threads(), cps, reps,
               reps == 1 ? "" : "s");
   return 0;
 }

@@ -2,7 +2,6 @@
 // identical, any page size) and against a float64 reference on the values each storage type
 // keeps (F16 / BF16 rounding, INT8 per-token/head scale recomputed here independently).
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/thread_pool.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "kv/kv_cache.h"
@@ -209,8 +209,8 @@ TEST(PagedAttention, DeterministicAcrossPageSizeBatchingAndThreads) {
       o.max_tokens = n;
       eg::KVCache kv(one_layer(KVH, D, 50), o);
       fill(kv, k, v, n, row, rng);
-      for (int threads : {1, 2}) {
-        omp_set_num_threads(threads);
+      for (int threads : {1, 2, 3, 8}) {
+        eg::cpu::set_num_threads(threads);
         std::vector<float> all(static_cast<size_t>(T) * H * D), one(all.size());
         eg::kv::paged_attention(q.data(), T, pos.data(), kv.view(0), p, all.data());
         for (int i = 0; i < T; ++i)
@@ -222,7 +222,7 @@ TEST(PagedAttention, DeterministicAcrossPageSizeBatchingAndThreads) {
       }
     }
   }
-  omp_set_num_threads(omp_get_num_procs());
+  eg::cpu::set_num_threads(0);
 }
 
 // INT8 storage: the per-row quantization error stays within half a step of amax/127.

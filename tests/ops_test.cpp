@@ -1,12 +1,12 @@
 // Kernels against plain double-precision references on random non-zero inputs of awkward sizes.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/thread_pool.h"
 #include "core/dtype.h"
 #include "ops/ops.h"
 
@@ -93,11 +93,12 @@ TEST(Matmul, BatchedRowsAndThreadCountAreBitIdentical) {
     eg::ops::matmul(x.data() + i * K, 1, tw.w, one.data());
     for (int64_t n = 0; n < N; ++n) ASSERT_EQ(one[n], all[i * N + n]);
   }
-  const int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
-  eg::ops::matmul(x.data(), T, tw.w, threads1.data());
-  omp_set_num_threads(saved);
-  EXPECT_EQ(threads1, all);
+  for (int threads : {1, 2, 3, 8}) {
+    eg::cpu::set_num_threads(threads);
+    eg::ops::matmul(x.data(), T, tw.w, threads1.data());
+    EXPECT_EQ(threads1, all) << threads << " threads";
+  }
+  eg::cpu::set_num_threads(0);
 }
 
 TEST(RmsNorm, MatchesDoubleReference) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/progress.h"
@@ -266,8 +267,15 @@ TEST(Progress, UpdatesFromManyThreads) {
   eg::ProgressReporter r(h.options(false));
   constexpr int kN = 200000;
   r.begin("par", kN, eg::ProgressUnit::Items);
-#pragma omp parallel for schedule(dynamic, 64)
-  for (int i = 0; i < kN; ++i) r.update(i + 1);
+  {
+    // Four threads report interleaved counts (as a parallel loop's workers would).
+    std::vector<std::thread> ts;
+    for (int w = 0; w < 4; ++w)
+      ts.emplace_back([&r, w] {
+        for (int i = w; i < kN; i += 4) r.update(i + 1);
+      });
+    for (auto& t : ts) t.join();
+  }
   r.end();
   const std::vector<std::string> v = lines(h.text());
   ASSERT_GE(v.size(), 1u);

@@ -2,7 +2,6 @@
 // on the dequantized weights, with a rigorous tolerance from the activation quantization error;
 // bit-exact invariance to T, batching, thread count and SIMD target.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cmath>
 #include <cstdio>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "backend/cpu/quant_kernels.h"
+#include "backend/cpu/thread_pool.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "hwy/targets.h"
@@ -171,18 +171,56 @@ TEST(QuantKernels, BatchingAndThreadInvariance) {
     for (int64_t tt = 0; tt < T; ++tt) eg::ops::matmul(x.data() + tt * K, 1, q.w, one.data() + tt * N);
     eg::ops::matmul(x.data(), 4, q.w, chunk.data());
     eg::ops::matmul(x.data() + 4 * K, 5, q.w, chunk.data() + 4 * N);
-    const int saved = omp_get_max_threads();
-    omp_set_num_threads(1);
+    eg::cpu::set_num_threads(1);
     eg::ops::matmul(x.data(), T, q.w, thr1.data());
-    omp_set_num_threads(2);
+    eg::cpu::set_num_threads(3);
     std::vector<float> thr2(T * N);
     eg::ops::matmul(x.data(), T, q.w, thr2.data());
-    omp_set_num_threads(saved);
+    eg::cpu::set_num_threads(0);
     EXPECT_EQ(0, std::memcmp(all.data(), one.data(), all.size() * 4)) << eg::dtype_name(t);
     EXPECT_EQ(0, std::memcmp(all.data(), chunk.data(), all.size() * 4)) << eg::dtype_name(t);
     EXPECT_EQ(0, std::memcmp(all.data(), thr1.data(), all.size() * 4)) << eg::dtype_name(t);
     EXPECT_EQ(0, std::memcmp(all.data(), thr2.data(), all.size() * 4)) << eg::dtype_name(t);
   }
+}
+
+// matmul_fused (one dispatch for several products of one input, as a layer's q/k/v): each output
+// bit-identical to its own matmul, for mixed weight types (two activation formats and a float
+// weight in one call) and thread counts; weights of another width are refused.
+TEST(QuantKernels, FusedMatmulEqualsSeparateMatmuls) {
+  const int64_t K = 512, T = 5;
+  const QWeight a = make_qweight(DType::Q4_0, 67, K, 41), b = make_qweight(DType::Q6_K, 16, K, 42),
+                c = make_qweight(DType::Q4_0, 33, K, 43);
+  const auto wf = randn(static_cast<size_t>(40 * K), 44, 0.05f);
+  const eg::ops::Weight f{wf.data(), DType::F32, 40, K};
+  const auto x = randn(static_cast<size_t>(T * K), 45);
+  std::vector<float> ya(T * 67), yb(T * 16), yc(T * 33), yf(T * 40);
+  eg::ops::matmul(x.data(), T, a.w, ya.data());
+  eg::ops::matmul(x.data(), T, b.w, yb.data());
+  eg::ops::matmul(x.data(), T, c.w, yc.data());
+  eg::ops::matmul(x.data(), T, f, yf.data());
+  for (int threads : {1, 2, 3, 8}) {
+    eg::cpu::set_num_threads(threads);
+    for (int64_t tt : {int64_t{1}, T}) {
+      std::vector<float> fa(T * 67), fb(T * 16), fc(T * 33), ff(T * 40);
+      eg::ops::matmul_fused(x.data(), tt, {{&a.w, fa.data()}, {&b.w, fb.data()}, {&f, ff.data()}, {&c.w, fc.data()}});
+      if (tt == 1) {  // one token: the first row of the T-token products
+        EXPECT_EQ(0, std::memcmp(fa.data(), ya.data(), 67 * 4)) << threads;
+        EXPECT_EQ(0, std::memcmp(fb.data(), yb.data(), 16 * 4)) << threads;
+        EXPECT_EQ(0, std::memcmp(fc.data(), yc.data(), 33 * 4)) << threads;
+        EXPECT_EQ(0, std::memcmp(ff.data(), yf.data(), 40 * 4)) << threads;
+      } else {
+        EXPECT_EQ(fa, ya) << threads;
+        EXPECT_EQ(fb, yb) << threads;
+        EXPECT_EQ(fc, yc) << threads;
+        EXPECT_EQ(ff, yf) << threads;
+      }
+    }
+  }
+  eg::cpu::set_num_threads(0);
+  const QWeight narrow = make_qweight(DType::Q4_0, 8, 256, 46);
+  std::vector<float> y1(T * 67), y2(T * 8);
+  EXPECT_THROW(eg::ops::matmul_fused(x.data(), T, {{&a.w, y1.data()}, {&narrow.w, y2.data()}}), eg::Error);
 }
 
 // The intrinsics paths (AVX2 / AVX-512) and the portable integer path compute the same exact

@@ -81,7 +81,7 @@ typedef struct eg_session_params {
   int32_t chat;                /* 1 = chat mode (chat template; default), 0 = raw text mode */
   int32_t overflow;            /* EG_OVERFLOW_*; default EG_OVERFLOW_DROP_OLDEST_TURNS */
   uint64_t memory_budget_bytes; /* 0 = no limit; over budget: eg_session_create fails with the numbers */
-  int32_t threads;             /* OpenMP threads; 0 = process default */
+  int32_t threads;             /* CPU threads; 0 = process default */
   int32_t holdback_tokens;     /* prefill-while-typing: trailing tokens not prefilled; default 3 */
   int32_t ignore_eos;          /* 1 = generate through end-of-turn / eos; default 0 */
   /* Sampling. temperature <= 0 is greedy. */

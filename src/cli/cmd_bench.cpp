@@ -3,7 +3,6 @@
 // -r times; we report the median and the min/max over the repetitions. Token ids are random
 // (fixed seed 42): speed does not depend on them. Timings include the LM head of the last
 // position (prefill) or of every decoded token, as llama-bench's do.
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,6 +12,7 @@
 #include <random>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/thread_pool.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "engine/loaded_model.h"
@@ -114,7 +114,7 @@ int run_bench(const BenchArgs& a) {
                 std::to_string(cfg.max_position_embeddings));
   int vocab = cfg.vocab_size;
   if (cfg.ple_dim > 0) vocab = std::min(vocab, cfg.ple_vocab);
-  const int threads = omp_get_max_threads();
+  const int threads = cpu::num_threads();
   // Weight bytes: the safetensors tensors of a directory, or the whole .gguf file.
   std::error_code ec;
   const size_t size_bytes = std::filesystem::is_regular_file(dir, ec) ? std::filesystem::file_size(dir)

@@ -4,7 +4,6 @@
 // the background), Ctrl-C stops an answer (the session and the partial answer are kept) or
 // clears the line at the prompt, Ctrl-D exits. Pipes: one message per line, same commands.
 // A line ending in '\' continues the message on the next line.
-#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/thread_pool.h"
 #include "cli/commands.h"
 #include "cli/gen_flags.h"
 #include "cli/line_reader.h"
@@ -73,7 +73,7 @@ std::string stats_text(const SessionStats& st) {
                 st.prompt_tokens, st.reused_tokens, st.prefilled_tokens, st.ttft_ms, st.prefill_tok_s,
                 st.generated_tokens, st.decode_tok_s, st.dropped_messages, st.context_used, st.context_size,
                 format_bytes(st.kv_bytes).c_str(), format_bytes(peak_rss_bytes()).c_str(),
-                omp_get_max_threads());
+                cpu::num_threads());
   return buf;
 }
 

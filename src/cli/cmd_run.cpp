@@ -1,5 +1,4 @@
 // `edgegemma run`: generate a continuation of a prompt, streamed to stdout.
-#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/thread_pool.h"
 #include "cli/commands.h"
 #include "cli/gen_flags.h"
 #include "core/error.h"
@@ -173,7 +173,7 @@ int run(const RunArgs& a) {
                  "generated tokens: %d | decode: %.1f tok/s | peak RSS: %.1f MiB | threads: %d | "
                  "SIMD: %s | device: %s | seed: %llu\n",
                  lm->load_ms(), s.prompt_tokens, s.ttft_ms, s.prefill_tok_s, s.generated_tokens,
-                 s.decode_tok_s, peak_rss_bytes() / 1048576.0, omp_get_max_threads(),
+                 s.decode_tok_s, peak_rss_bytes() / 1048576.0, cpu::num_threads(),
                  cpu::simd_target_name(), lm->executor().description().c_str(),
                  static_cast<unsigned long long>(seed));
   }

@@ -5,7 +5,7 @@
 // The configs come from model/known_models.h; the tensor list is the one the engine binds
 // (model/model_stats.h checkpoint_tensors). model.safetensors is streamed to disk in chunks, so a
 // 15 GB checkpoint needs only tens of MB of memory.
-#include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/thread_pool.h"
 #include "cli/commands.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -60,8 +61,7 @@ void fill_random(uint8_t* out, DType dt, int64_t begin, int64_t n, float stddev,
   const int64_t b0 = begin / kRandomBlock, nb = (n + kRandomBlock - 1) / kRandomBlock;
   const float scale = 2.0f * 1.7320508f * stddev / 65536.0f;  // u16 -> [-√3σ, √3σ)
   const float offset = -1.7320508f * stddev;
-#pragma omp parallel for schedule(static)
-  for (int64_t bi = 0; bi < nb; ++bi) {
+  cpu::parallel_for(nb, [&](int64_t bi, int) {
     const int64_t b = b0 + bi;
     uint64_t s = seed * 0x100000001b3ull + static_cast<uint64_t>(b);
     const int64_t lo = bi * kRandomBlock, hi = std::min(n, lo + kRandomBlock);
@@ -76,7 +76,7 @@ void fill_random(uint8_t* out, DType dt, int64_t begin, int64_t n, float stddev,
         std::memcpy(out + 2 * i, &h, 2);
       }
     }
-  }
+  });
 }
 
 void fill_constant(uint8_t* out, DType dt, int64_t n, float v) {

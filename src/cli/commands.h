@@ -23,7 +23,7 @@ Action register_serve(CLI::App& app);
 /// Validator for counts: an integer in [0, 2^31).
 inline const CLI::Range kCount(0, 2147483647, "a count >= 0");
 
-/// Sets the OpenMP thread count when n > 0.
+/// Sets the process-wide CPU thread count (backend/cpu/thread_pool.h) when n > 0.
 void apply_threads(int n);
 
 /// The model directory used when -m is not given: models/tiny-gemma3 of the source tree, or next

@@ -1,19 +1,18 @@
 // edgegemma: run Gemma models locally. Subcommands: run, tokenize, inspect, synth.
-#include <omp.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <filesystem>
 
+#include "backend/cpu/thread_pool.h"
 #include "cli/commands.h"
 #include "core/error.h"
 
 namespace eg::cli {
 
 void apply_threads(int n) {
-  if (n > 0) omp_set_num_threads(n);
+  if (n > 0) cpu::set_default_num_threads(n);
 }
 
 std::string default_model_dir() {
@@ -32,13 +31,6 @@ std::string default_model_dir() {
 }  // namespace eg::cli
 
 int main(int argc, char** argv) {
-  // `serve` runs OpenMP teams next to HTTP threads: spinning OpenMP workers starve them (tokens/s
-  // fell ~100x on a busy 2-core machine; docs/performance.md). libgomp reads OMP_WAIT_POLICY when
-  // it is loaded, so set it and re-execute once, unless the user chose a policy.
-  if (argc > 1 && std::string(argv[1]) == "serve" && std::getenv("OMP_WAIT_POLICY") == nullptr) {
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-    execv("/proc/self/exe", argv);  // returns only on failure: carry on with the default policy
-  }
   CLI::App app{"edgegemma: run Google's Gemma models locally, fast and in little memory"};
   app.set_version_flag("--version", "edgegemma " EDGEGEMMA_VERSION);
   app.require_subcommand(1);

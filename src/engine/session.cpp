@@ -2,10 +2,9 @@
 // Generation is in session_generate.cpp, save/restore in session_file.cpp.
 #include "engine/session.h"
 
-#include <omp.h>
-
 #include <algorithm>
 
+#include "backend/cpu/thread_pool.h"
 #include "core/error.h"
 #include "engine/memory_budget.h"
 #include "engine/session_prompt.h"
@@ -78,7 +77,7 @@ void Session::init_kv() {
 }
 
 void Session::set_threads() const {
-  if (opt_.threads > 0) omp_set_num_threads(opt_.threads);
+  if (opt_.threads > 0) cpu::set_num_threads(opt_.threads);
 }
 
 int Session::cached_tokens() const { return static_cast<int>(cached_.size()); }

@@ -106,7 +106,7 @@ struct SessionOptions {
   /// 0 = no limit. Checked in the constructor (memory_budget.h): over budget is an eg::Error
   /// with the numbers and the largest context that would fit.
   size_t memory_budget_bytes = 0;
-  /// OpenMP threads for this session's forward passes; 0 = the process default.
+  /// CPU threads for this session's forward passes; 0 = the process default.
   int threads = 0;
   /// update_input: trailing draft tokens not prefilled in the background (their tokenization may
   /// change with the next keystroke). >= 0.

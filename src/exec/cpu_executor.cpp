@@ -1,8 +1,8 @@
 // The CPU step executor: today's forward pass (Model::forward, Model::forward_batch) behind the
-// StepExecutor boundary (executor.h). Host KV pages; OpenMP threads of the process.
-#include <omp.h>
-
+// StepExecutor boundary (executor.h). Host KV pages; the CPU thread pool
+// (backend/cpu/thread_pool.h) at the calling thread's thread count.
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/thread_pool.h"
 #include "exec/executor.h"
 
 namespace eg {
@@ -21,7 +21,7 @@ class CpuExecutor final : public StepExecutor {
   Device device() const override { return Device::CPU; }
   std::string description() const override {
     return std::string("cpu (") + cpu::simd_target_name() + ", " +
-           std::to_string(omp_get_max_threads()) + " threads)";
+           std::to_string(cpu::num_threads()) + " threads)";
   }
   const ModelConfig& config() const override { return m_.config(); }
   std::unique_ptr<StepWorkspace> new_workspace() const override { return std::make_unique<CpuWorkspace>(); }

@@ -98,7 +98,7 @@ class StepExecutor {
 /// `model` must outlive the executor.
 std::unique_ptr<StepExecutor> make_executor(const Model& model, DeviceRequest request);
 
-/// The CPU executor alone (Model::forward / forward_batch; OpenMP threads of the process).
+/// The CPU executor alone (Model::forward / forward_batch; the CPU thread pool).
 std::unique_ptr<StepExecutor> make_cpu_executor(const Model& model);
 
 /// Index of the largest of n values (the lowest index on ties; NaN never wins).

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/thread_pool.h"
 #include "core/error.h"
 
 namespace eg::kv {
@@ -35,66 +36,82 @@ const float* row_f32(const KVLayerView& kv, const uint8_t* page, size_t data_off
   return buf;
 }
 
-}  // namespace
-
-void paged_attention(const float* q, int64_t T, const int32_t* pos, const KVLayerView& kv,
-                     const ops::AttentionParams& p, float* out) {
+// Throws unless the view fits the params and holds every position the queries pos[0..T) can see.
+void check_view(const int32_t* pos, int64_t T, const KVLayerView& kv, const ops::AttentionParams& p) {
   const int64_t H = p.n_heads, KVH = p.n_kv_heads, D = p.head_dim, P = kv.page_tokens;
-  if (T <= 0) return;
   if (KVH != kv.n_kv_heads || D != kv.head_dim || KVH <= 0 || H % KVH != 0)
     throw Error("paged attention: shape mismatch (" + std::to_string(H) + " heads, " + std::to_string(KVH) +
                 " kv heads x " + std::to_string(D) + " vs cache " + std::to_string(kv.n_kv_heads) + " x " +
                 std::to_string(kv.head_dim) + ")");
-  // Every position some query can see must be held by a page.
   const int64_t lo = p.window > 0 ? std::max<int64_t>(0, pos[0] - p.window + 1) : 0;
   const int64_t hi = pos[T - 1];
   for (int64_t j = lo / P; j <= hi / P; ++j)
     if (j >= kv.n_pages || !kv.pages[j])
       throw Error("paged attention: KV positions " + std::to_string(j * P) + ".." + std::to_string(j * P + P - 1) +
                   " are not in the cache (recycled or never written)");
-  const int64_t group = H / KVH;
-  const int64_t max_keys = hi + 1;
-#pragma omp parallel
-  {
-    std::vector<float> scores(static_cast<size_t>(max_keys));
-    std::vector<float> buf(static_cast<size_t>(D));
-#pragma omp for schedule(static) collapse(2)
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t h = 0; h < H; ++h) {
-        const int64_t qp = pos[t];
-        const int64_t first = p.window > 0 ? std::max<int64_t>(0, qp - p.window + 1) : 0;
-        const int64_t n = qp - first + 1;
-        const int64_t kvh = h / group;
-        const float* qh = q + (t * H + h) * D;
-        for (int64_t j = 0; j < n; ++j) {
-          const int64_t kp = first + j;
-          const uint8_t* page = kv.pages[kp / P];
-          const size_t row = static_cast<size_t>((kp % P) * KVH + kvh);
-          float sc;
-          if (kv.type == KVType::F16 || kv.type == KVType::BF16) {  // the dot converts in registers
-            const uint8_t* kr = page + kv.k_off + row * D * 2;
-            sc = cpu::dot(qh, kr, kv.type == KVType::F16 ? DType::F16 : DType::BF16, static_cast<size_t>(D)) * p.scale;
-          } else {
-            const float* kr = row_f32(kv, page, kv.k_off, kv.ks_off, row, buf.data());
-            sc = cpu::dot(qh, kr, DType::F32, static_cast<size_t>(D)) * p.scale;
-          }
-          if (p.softcap > 0.0f) sc = p.softcap * std::tanh(sc / p.softcap);
-          scores[j] = sc;
-        }
-        ops::softmax(scores.data(), n);
-        float* oh = out + (t * H + h) * D;
-        std::fill(oh, oh + D, 0.0f);
-        for (int64_t j = 0; j < n; ++j) {
-          const int64_t kp = first + j;
-          const uint8_t* page = kv.pages[kp / P];
-          const size_t row = static_cast<size_t>((kp % P) * KVH + kvh);
-          const float* vr = row_f32(kv, page, kv.v_off, kv.vs_off, row, buf.data());
-          const float pj = scores[j];
-          for (int64_t d = 0; d < D; ++d) oh[d] += pj * vr[d];
-        }
-      }
+}
+
+// One (query, head) pair: out_h [D] = softmax(q_h · K) · V over the keys position qp can see,
+// serially in key order. Scratch: thread-local (the pair may run on any pool thread).
+void attend_one(const float* qh, int64_t qp, int64_t h, const KVLayerView& kv, const ops::AttentionParams& p,
+                float* oh) {
+  const int64_t KVH = p.n_kv_heads, D = p.head_dim, P = kv.page_tokens;
+  thread_local std::vector<float> scores, buf;
+  if (scores.size() < static_cast<size_t>(qp + 1)) scores.resize(static_cast<size_t>(qp + 1));
+  if (buf.size() < static_cast<size_t>(D)) buf.resize(static_cast<size_t>(D));
+  const int64_t first = p.window > 0 ? std::max<int64_t>(0, qp - p.window + 1) : 0;
+  const int64_t n = qp - first + 1;
+  const int64_t kvh = h / (p.n_heads / KVH);
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t kp = first + j;
+    const uint8_t* page = kv.pages[kp / P];
+    const size_t row = static_cast<size_t>((kp % P) * KVH + kvh);
+    float sc;
+    if (kv.type == KVType::F16 || kv.type == KVType::BF16) {  // the dot converts in registers
+      const uint8_t* kr = page + kv.k_off + row * D * 2;
+      sc = cpu::dot(qh, kr, kv.type == KVType::F16 ? DType::F16 : DType::BF16, static_cast<size_t>(D)) * p.scale;
+    } else {
+      const float* kr = row_f32(kv, page, kv.k_off, kv.ks_off, row, buf.data());
+      sc = cpu::dot(qh, kr, DType::F32, static_cast<size_t>(D)) * p.scale;
     }
+    if (p.softcap > 0.0f) sc = p.softcap * std::tanh(sc / p.softcap);
+    scores[j] = sc;
   }
+  ops::softmax(scores.data(), n);
+  std::fill(oh, oh + D, 0.0f);
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t kp = first + j;
+    const uint8_t* page = kv.pages[kp / P];
+    const size_t row = static_cast<size_t>((kp % P) * KVH + kvh);
+    const float* vr = row_f32(kv, page, kv.v_off, kv.vs_off, row, buf.data());
+    const float pj = scores[j];
+    for (int64_t d = 0; d < D; ++d) oh[d] += pj * vr[d];
+  }
+}
+
+}  // namespace
+
+void paged_attention(const float* q, int64_t T, const int32_t* pos, const KVLayerView& kv,
+                     const ops::AttentionParams& p, float* out) {
+  if (T <= 0) return;
+  check_view(pos, T, kv, p);
+  const int64_t H = p.n_heads, D = p.head_dim;
+  // One dispatch over (query, head) pairs.
+  cpu::parallel_for(T * H, [&](int64_t th, int) {
+    const int64_t t = th / H, h = th % H;
+    attend_one(q + (t * H + h) * D, pos[t], h, kv, p, out + (t * H + h) * D);
+  });
+}
+
+void paged_attention_rows(const float* q, int64_t B, const int32_t* pos, const KVLayerView* views,
+                          const ops::AttentionParams& p, float* out) {
+  if (B <= 0) return;
+  for (int64_t b = 0; b < B; ++b) check_view(pos + b, 1, views[b], p);
+  const int64_t H = p.n_heads, D = p.head_dim;
+  cpu::parallel_for(B * H, [&](int64_t bh, int) {
+    const int64_t b = bh / H, h = bh % H;
+    attend_one(q + (b * H + h) * D, pos[b], h, views[b], p, out + (b * H + h) * D);
+  });
 }
 
 }  // namespace eg::kv

@@ -6,7 +6,8 @@
 // storage type to f32 on the fly (F16/BF16 exactly; INT8 as q·scale). With F32 storage the result
 // is bit-identical to ops::attention on the same K/V laid out contiguously, whatever the page size.
 // Deterministic: an output row depends neither on T, on the batching of queries, nor on the number
-// of threads (OpenMP over (query, head) pairs; each pair is computed serially in key order).
+// of threads (one thread-pool dispatch over (query, head) pairs; each pair is computed serially in
+// key order).
 #pragma once
 #include <cstdint>
 
@@ -21,5 +22,12 @@ namespace eg::kv {
 /// Throws eg::Error if a needed page is missing (recycled) or the shapes disagree.
 void paged_attention(const float* q, int64_t T, const int32_t* pos, const KVLayerView& kv,
                      const ops::AttentionParams& p, float* out);
+
+/// B single queries, row b against its own cache layer views[b] (batched decode of B sequences):
+/// q / out [B, n_heads, head_dim], pos[b] the position of row b. Row b equals
+/// paged_attention(q + b·n_heads·head_dim, 1, pos + b, views[b], p, ...), bit for bit; all B·n_heads
+/// pairs run in one dispatch. Validates every row before computing any; throws as paged_attention.
+void paged_attention_rows(const float* q, int64_t B, const int32_t* pos, const KVLayerView* views,
+                          const ops::AttentionParams& p, float* out);
 
 }  // namespace eg::kv

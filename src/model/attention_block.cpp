@@ -23,17 +23,22 @@ void project_qkv(const Step& st, int layer, const LayerWeights& w, const float* 
   grow(s.q, static_cast<size_t>(T) * nh * hd);
   grow(s.attn, static_cast<size_t>(T) * nh * hd);
 
-  ops::matmul(h, T, w.q, s.q.data());
+  // q, k and v (those this layer computes) in one thread-pool dispatch.
+  const bool own_kv = lc.kv_source < 0;  // this layer computes and stores its own K/V
+  const size_t kv_row = static_cast<size_t>(nkv * hd);
+  if (own_kv) {
+    grow(s.k, T * kv_row);
+    grow(s.v, T * kv_row);
+    if (lc.k_eq_v) ops::matmul_fused(h, T, {{&w.q, s.q.data()}, {&w.k, s.k.data()}});
+    else ops::matmul_fused(h, T, {{&w.q, s.q.data()}, {&w.k, s.k.data()}, {&w.v, s.v.data()}});
+  } else {
+    ops::matmul(h, T, w.q, s.q.data());
+  }
   if (cfg.qk_norm) norm_rows(s.q.data(), T * nh, w.q_norm, off, eps, s.q.data());
   ops::rope(s.q.data(), T, nh, hd, lc.rope_dims, st.pos, inv_freq);
 
-  if (lc.kv_source < 0) {  // this layer computes and stores its own K/V
-    const size_t kv_row = static_cast<size_t>(nkv * hd);
-    grow(s.k, T * kv_row);
-    grow(s.v, T * kv_row);
-    ops::matmul(h, T, w.k, s.k.data());
+  if (own_kv) {
     if (lc.k_eq_v) std::memcpy(s.v.data(), s.k.data(), T * kv_row * sizeof(float));  // raw K as V
-    else ops::matmul(h, T, w.v, s.v.data());
     if (cfg.qk_norm) norm_rows(s.k.data(), T * nkv, w.k_norm, off, eps, s.k.data());
     ops::rope(s.k.data(), T, nkv, hd, lc.rope_dims, st.pos, inv_freq);
     if (cfg.v_norm) ops::rmsnorm(s.v.data(), T * nkv, hd, nullptr, DType::F32, 0.0f, eps, s.v.data());
@@ -69,14 +74,14 @@ void attention_rows(const Step& st, int layer, const LayerWeights& w, const floa
   const ModelConfig& cfg = st.cfg;
   const LayerConfig& lc = cfg.layers[layer];
   ForwardScratch& s = st.s;
-  const int64_t qrow = static_cast<int64_t>(cfg.n_heads) * lc.head_dim;
   const int64_t kvrow = static_cast<int64_t>(lc.n_kv_heads) * lc.head_dim;
   project_qkv(st, layer, w, inv_freq, h);
-  const ops::AttentionParams ap = attention_params(cfg, lc);
-  for (int b = 0; b < st.T; ++b) {
-    if (lc.kv_source < 0) kvs[b]->write(layer, st.pos[b], 1, s.k.data() + b * kvrow, s.v.data() + b * kvrow);
-    kv::paged_attention(s.q.data() + b * qrow, 1, st.pos + b, kvs[b]->view(layer), ap, s.attn.data() + b * qrow);
-  }
+  if (lc.kv_source < 0)
+    for (int b = 0; b < st.T; ++b) kvs[b]->write(layer, st.pos[b], 1, s.k.data() + b * kvrow, s.v.data() + b * kvrow);
+  // Every row against its own cache, all (row, head) pairs in one dispatch.
+  std::vector<KVLayerView> views(static_cast<size_t>(st.T));
+  for (int b = 0; b < st.T; ++b) views[b] = kvs[b]->view(layer);
+  kv::paged_attention_rows(s.q.data(), st.T, st.pos, views.data(), attention_params(cfg, lc), s.attn.data());
   ops::matmul(s.attn.data(), st.T, w.o, out);
 }
 

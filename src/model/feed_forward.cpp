@@ -19,8 +19,7 @@ void mlp(int T, const ops::Weight& gate, const ops::Weight& up, const ops::Weigh
   const int64_t I = gate.rows;
   grow(g, static_cast<size_t>(T) * I);
   grow(u, static_cast<size_t>(T) * I);
-  ops::matmul(h, T, gate, g.data());
-  ops::matmul(h, T, up, u.data());
+  ops::matmul_fused(h, T, {{&gate, g.data()}, {&up, u.data()}});  // one dispatch
   ops::gelu_tanh_mul(g.data(), u.data(), T * I, g.data());
   ops::matmul(g.data(), T, down, y);
 }

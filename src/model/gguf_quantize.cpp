@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/thread_pool.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/progress.h"
@@ -417,31 +418,29 @@ GGUFQuantizeReport quantize_to_gguf(const std::string& in, const std::string& ou
     for (int64_t r0 = 0; r0 < rows; r0 += kChunkRows) {
       const int64_t nr = std::min(kChunkRows, rows - r0);
       chunk.resize(static_cast<size_t>(nr) * out_row_bytes);
-      std::string err;  // an exception must not leave the parallel region
-#pragma omp parallel for schedule(static) if (nr * n0 >= 65536)
-      for (int64_t k = 0; k < nr; ++k) try {
-        const int64_t r = r0 + k;
-        std::vector<float> row(n0);
-        if (whole) std::copy(whole->begin() + r * n0, whole->begin() + (r + 1) * n0, row.begin());
-        else cpu::to_f32(s.data + r * src_row_bytes, s.dtype, static_cast<size_t>(n0), row.data());
-        if (s.add != 0.0f)
-          for (float& x : row) x += s.add;
-        uint8_t* dst = chunk.data() + k * out_row_bytes;
-        if (t == DType::F32) {
-          std::memcpy(dst, row.data(), out_row_bytes);
-        } else if (t == DType::F16) {
-          for (int64_t e = 0; e < n0; ++e) {
-            const uint16_t h = f32_to_f16(row[e]);
-            std::memcpy(dst + 2 * e, &h, 2);
+      try {
+        cpu::parallel_for(nr, [&](int64_t k, int) {
+          const int64_t r = r0 + k;
+          std::vector<float> row(n0);
+          if (whole) std::copy(whole->begin() + r * n0, whole->begin() + (r + 1) * n0, row.begin());
+          else cpu::to_f32(s.data + r * src_row_bytes, s.dtype, static_cast<size_t>(n0), row.data());
+          if (s.add != 0.0f)
+            for (float& x : row) x += s.add;
+          uint8_t* dst = chunk.data() + k * out_row_bytes;
+          if (t == DType::F32) {
+            std::memcpy(dst, row.data(), out_row_bytes);
+          } else if (t == DType::F16) {
+            for (int64_t e = 0; e < n0; ++e) {
+              const uint16_t h = f32_to_f16(row[e]);
+              std::memcpy(dst + 2 * e, &h, 2);
+            }
+          } else {
+            quant::quantize_row(t, row.data(), n0, dst);
           }
-        } else {
-          quant::quantize_row(t, row.data(), n0, dst);
-        }
-      } catch (const std::exception& e) {
-#pragma omp critical(eg_quantize_err)
-        err = e.what();
+        }, nr * n0 >= 65536 ? 0 : 1);
+      } catch (const std::exception& e) {  // the pool rethrows a task's exception here
+        throw Error("quantize: " + s.name + ": " + e.what());
       }
-      if (!err.empty()) throw Error("quantize: " + s.name + ": " + err);
       w.append(chunk.data(), chunk.size());
       bytes_done += static_cast<int64_t>(chunk.size());
       progress.update(bytes_done, "tensor " + std::to_string(i + 1) + "/" + std::to_string(srcs.size()));

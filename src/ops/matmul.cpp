@@ -1,32 +1,32 @@
-// ops::matmul for every weight dtype (ops.h contract).
+// ops::matmul / ops::matmul_fused for every weight dtype (ops.h contract).
 //   F32 / F16 / BF16: f32 dot products (backend/cpu/kernels.h), 4 tokens per weight-row read.
-//   Block-quantized weights: the activation rows are quantized once per call (ActQ8 or Q8_K,
-//   backend/cpu/quant_kernels.h), then integer block dots; OpenMP over chunks of output rows.
-// Each output element is one dot product with a fixed arithmetic order, so it does not depend on
-// T, on batching or on the thread count.
-#include <omp.h>
-
+//   Block-quantized weights: the activation rows are quantized once per call and weight type
+//   (ActQ8 or Q8_K, backend/cpu/quant_kernels.h), then integer block dots.
+// Threads (backend/cpu/thread_pool.h): one dispatch over chunks of 16 output rows of every
+// product of the call (the q/k/v projections of a layer are one dispatch, not three). Each output
+// element is one dot product with a fixed arithmetic order, so it does not depend on T, on
+// batching, on the chunking or on the thread count.
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/quant_kernels.h"
+#include "backend/cpu/thread_pool.h"
 #include "core/error.h"
 #include "ops/ops.h"
 
 namespace eg::ops {
 namespace {
 
-void matmul_float(const float* x, int64_t T, const Weight& W, float* y) {
+constexpr int64_t kRowChunk = 16;  // output rows per task
+
+// Rows [n0, n1) of y = x·Wᵀ for float weights.
+void float_rows(const float* x, int64_t T, const Weight& W, int64_t n0, int64_t n1, float* y) {
   const int64_t N = W.rows, K = W.cols;
   const size_t row_bytes = dtype_row_bytes(W.dtype, K);
   const auto* wbase = static_cast<const uint8_t*>(W.data);
-  // Parallel over output rows; each element is one dot product in the canonical order. Tiny
-  // products (router logits, toy models) stay on one thread: a parallel region costs more.
-  const bool parallel = N * K * T >= (1 << 16);
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t n = 0; n < N; ++n) {
+  for (int64_t n = n0; n < n1; ++n) {
     const void* wrow = wbase + static_cast<size_t>(n) * row_bytes;
     int64_t t = 0;
     for (; t + 4 <= T; t += 4) {
@@ -39,43 +39,83 @@ void matmul_float(const float* x, int64_t T, const Weight& W, float* y) {
   }
 }
 
-void matmul_quant(const float* x, int64_t T, const Weight& W, float* y) {
-  const int64_t N = W.rows, K = W.cols;
-  if (!cpu::qgemm_supports(W.dtype)) {
-    throw Error(std::string("matmul: weight type ") + dtype_name(W.dtype) +
-                " is not supported as a weight");
-  }
-  if (!row_fits_blocks(W.dtype, K)) {
-    throw Error("matmul: " + std::string(dtype_name(W.dtype)) + " weight with " +
-                std::to_string(K) + " columns (not a multiple of the block size " +
-                std::to_string(dtype_block_elems(W.dtype)) + ")");
-  }
-  const size_t a_bytes = cpu::act_row_bytes(W.dtype, K);
-  std::vector<uint8_t> acts(static_cast<size_t>(T) * a_bytes);
-  const bool parallel = N * K * T >= (1 << 16);
-#pragma omp parallel for schedule(static) if (parallel && T > 1)
-  for (int64_t t = 0; t < T; ++t) {
-    cpu::quantize_act_row(W.dtype, x + t * K, K, acts.data() + static_cast<size_t>(t) * a_bytes);
-  }
-  const size_t w_bytes = dtype_row_bytes(W.dtype, K);
-  constexpr int64_t kRowChunk = 16;
-  const int64_t chunks = (N + kRowChunk - 1) / kRowChunk;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t n0 = c * kRowChunk, n1 = std::min(N, n0 + kRowChunk);
-    cpu::qgemm(W.dtype, W.data, w_bytes, n0, n1, acts.data(), a_bytes, T, K, y, N);
-  }
+void check_weight(const Weight& W) {
+  if (!is_quantized(W.dtype)) return;
+  if (!cpu::qgemm_supports(W.dtype))
+    throw Error(std::string("matmul: weight type ") + dtype_name(W.dtype) + " is not supported as a weight");
+  if (!row_fits_blocks(W.dtype, W.cols))
+    throw Error("matmul: " + std::string(dtype_name(W.dtype)) + " weight with " + std::to_string(W.cols) +
+                " columns (not a multiple of the block size " + std::to_string(dtype_block_elems(W.dtype)) + ")");
 }
+
+// One product of a fused call: its weight, output, first task and (quantized) activations.
+struct Part {
+  const Weight* W;
+  float* y;
+  int64_t first_task = 0;
+  int acts = -1;  // index into the quantized activation sets, -1 for float weights
+};
+
+struct ActSet {
+  DType dtype;
+  size_t row_bytes;
+  std::vector<uint8_t> data;
+};
 
 }  // namespace
 
-void matmul(const float* x, int64_t T, const Weight& W, float* y) {
-  notify_matmul_observer(W, x, T);  // AWQ calibration hook (ops.h); no-op unless set
-  if (is_quantized(W.dtype)) {
-    matmul_quant(x, T, W, y);
-  } else {
-    matmul_float(x, T, W, y);
+void matmul_fused(const float* x, int64_t T, std::initializer_list<MatmulOut> outs) {
+  if (outs.size() == 0) return;
+  const int64_t K = outs.begin()->W->cols;
+  std::vector<Part> parts;
+  std::vector<ActSet> acts;
+  parts.reserve(outs.size());
+  int64_t tasks = 0, work = 0;
+  for (const MatmulOut& o : outs) {
+    if (o.W->cols != K)
+      throw Error("matmul_fused: weights of " + std::to_string(o.W->cols) + " and " + std::to_string(K) + " columns");
+    check_weight(*o.W);
+    notify_matmul_observer(*o.W, x, T);  // AWQ calibration hook (ops.h); no-op unless set
+    Part p{o.W, o.y, tasks};
+    if (is_quantized(o.W->dtype)) {
+      for (size_t a = 0; a < acts.size() && p.acts < 0; ++a)
+        if (acts[a].dtype == o.W->dtype) p.acts = static_cast<int>(a);
+      if (p.acts < 0) {
+        p.acts = static_cast<int>(acts.size());
+        const size_t rb = cpu::act_row_bytes(o.W->dtype, K);
+        acts.push_back({o.W->dtype, rb, std::vector<uint8_t>(static_cast<size_t>(T) * rb)});
+      }
+    }
+    parts.push_back(p);
+    tasks += (o.W->rows + kRowChunk - 1) / kRowChunk;
+    work += o.W->rows * K * T;
   }
+  // Tiny products (router logits, toy models) stay on the calling thread: a dispatch costs more.
+  const int threads = work >= (1 << 16) ? 0 : 1;
+
+  // Activation rows, once per weight type (one task per (type, row)).
+  const int64_t n_act = static_cast<int64_t>(acts.size()) * T;
+  cpu::parallel_for(n_act, [&](int64_t i, int) {
+    ActSet& a = acts[i / T];
+    const int64_t t = i % T;
+    cpu::quantize_act_row(a.dtype, x + t * K, K, a.data.data() + static_cast<size_t>(t) * a.row_bytes);
+  }, T > 1 ? threads : 1);
+
+  cpu::parallel_for(tasks, [&](int64_t task, int) {
+    size_t pi = parts.size() - 1;
+    while (parts[pi].first_task > task) --pi;
+    const Part& p = parts[pi];
+    const Weight& W = *p.W;
+    const int64_t n0 = (task - p.first_task) * kRowChunk, n1 = std::min(W.rows, n0 + kRowChunk);
+    if (p.acts < 0) {
+      float_rows(x, T, W, n0, n1, p.y);
+    } else {
+      const ActSet& a = acts[p.acts];
+      cpu::qgemm(W.dtype, W.data, dtype_row_bytes(W.dtype, K), n0, n1, a.data.data(), a.row_bytes, T, K, p.y, W.rows);
+    }
+  }, threads);
 }
+
+void matmul(const float* x, int64_t T, const Weight& W, float* y) { matmul_fused(x, T, {{&W, y}}); }
 
 }  // namespace eg::ops

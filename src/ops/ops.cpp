@@ -1,13 +1,12 @@
 #include "ops/ops.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/thread_pool.h"
 
 namespace eg::ops {
 
@@ -83,12 +82,14 @@ void softmax(float* x, int64_t n) {
 void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
   const float k0 = 0.7978845608028654f;  // sqrt(2/pi)
   const float k1 = 0.044715f;
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) {
-    const float z = gate[i];
-    const float g = 0.5f * z * (1.0f + std::tanh(k0 * (z + k1 * z * z * z)));
-    out[i] = g * up[i];
-  }
+  constexpr int64_t kChunk = 16384;  // elements per task; element-wise, so any split gives the same values
+  cpu::parallel_for((n + kChunk - 1) / kChunk, [&](int64_t c, int) {
+    for (int64_t i = c * kChunk, end = std::min(n, i + kChunk); i < end; ++i) {
+      const float z = gate[i];
+      const float g = 0.5f * z * (1.0f + std::tanh(k0 * (z + k1 * z * z * z)));
+      out[i] = g * up[i];
+    }
+  }, n > 65536 ? 0 : 1);
 }
 
 void attention(const float* q, int64_t T, const int32_t* pos, const float* k, const float* v,
@@ -96,34 +97,31 @@ void attention(const float* q, int64_t T, const int32_t* pos, const float* k, co
   const int64_t H = p.n_heads, KVH = p.n_kv_heads, D = p.head_dim;
   const int64_t group = H / KVH;
   const int64_t max_keys = pos[T - 1] + 1;
-#pragma omp parallel
-  {
-    std::vector<float> scores(static_cast<size_t>(max_keys));
-#pragma omp for schedule(static) collapse(2)
-    for (int64_t t = 0; t < T; ++t) {
-      for (int64_t h = 0; h < H; ++h) {
-        const int64_t qp = pos[t];
-        const int64_t first = p.window > 0 ? std::max<int64_t>(0, qp - p.window + 1) : 0;
-        const int64_t n = qp - first + 1;
-        const int64_t kvh = h / group;
-        const float* qh = q + (t * H + h) * D;
-        for (int64_t j = 0; j < n; ++j) {
-          const float* kr = k + ((first + j) * KVH + kvh) * D;
-          float sc = cpu::dot(qh, kr, DType::F32, static_cast<size_t>(D)) * p.scale;
-          if (p.softcap > 0.0f) sc = p.softcap * std::tanh(sc / p.softcap);
-          scores[j] = sc;
-        }
-        softmax(scores.data(), n);
-        float* oh = out + (t * H + h) * D;
-        std::fill(oh, oh + D, 0.0f);
-        for (int64_t j = 0; j < n; ++j) {
-          const float* vr = v + ((first + j) * KVH + kvh) * D;
-          const float pj = scores[j];
-          for (int64_t d = 0; d < D; ++d) oh[d] += pj * vr[d];
-        }
-      }
+  // One dispatch over (query, head) pairs; each pair is computed serially in key order.
+  cpu::parallel_for(T * H, [&](int64_t th, int) {
+    thread_local std::vector<float> scores;
+    if (scores.size() < static_cast<size_t>(max_keys)) scores.resize(static_cast<size_t>(max_keys));
+    const int64_t t = th / H, h = th % H;
+    const int64_t qp = pos[t];
+    const int64_t first = p.window > 0 ? std::max<int64_t>(0, qp - p.window + 1) : 0;
+    const int64_t n = qp - first + 1;
+    const int64_t kvh = h / group;
+    const float* qh = q + (t * H + h) * D;
+    for (int64_t j = 0; j < n; ++j) {
+      const float* kr = k + ((first + j) * KVH + kvh) * D;
+      float sc = cpu::dot(qh, kr, DType::F32, static_cast<size_t>(D)) * p.scale;
+      if (p.softcap > 0.0f) sc = p.softcap * std::tanh(sc / p.softcap);
+      scores[j] = sc;
     }
-  }
+    softmax(scores.data(), n);
+    float* oh = out + (t * H + h) * D;
+    std::fill(oh, oh + D, 0.0f);
+    for (int64_t j = 0; j < n; ++j) {
+      const float* vr = v + ((first + j) * KVH + kvh) * D;
+      const float pj = scores[j];
+      for (int64_t d = 0; d < D; ++d) oh[d] += pj * vr[d];
+    }
+  });
 }
 
 void add_inplace(float* dst, const float* src, int64_t n) {

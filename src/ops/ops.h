@@ -3,10 +3,12 @@
 // Layouts are row-major; a "row" is the last (contiguous) axis. Weights may be F32, F16, BF16
 // or block-quantized (matmul, embedding rows via cpu::to_f32) and are used in place (e.g. straight from a memory-mapped checkpoint). Every op is
 // deterministic: the result of an element does not depend on the thread count or on how many
-// rows are processed in one call. Threads: OpenMP inside each op.
+// rows are processed in one call. Threads: the CPU thread pool (backend/cpu/thread_pool.h), one
+// dispatch per op call (matmul_fused: one for several products of the same input).
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 
 #include "core/dtype.h"
 
@@ -28,6 +30,15 @@ struct Weight {
 /// equal to, the f32 product with the dequantized weights. Throws eg::Error if K is not a
 /// multiple of the block size or the type is Q8_K (activation-only). Implemented in matmul.cpp.
 void matmul(const float* x, int64_t T, const Weight& W, float* y);
+
+/// Several products of the same input in one thread-pool dispatch (e.g. a layer's q/k/v, or
+/// gate and up): y_i = x·W_iᵀ for every {W_i, y_i}, each bit-identical to matmul(x, T, *W_i, y_i).
+/// Every W_i must have x's K columns (else eg::Error); outputs must not alias x or each other.
+struct MatmulOut {
+  const Weight* W;
+  float* y;
+};
+void matmul_fused(const float* x, int64_t T, std::initializer_list<MatmulOut> outs);
 
 /// Calibration hook (AWQ, src/quant/awq.h): when set, every matmul call first calls
 /// observer(W, x, T, user) with its weight and its input activations x [T, W.cols] (f32), from the

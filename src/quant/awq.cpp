@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/thread_pool.h"
 #include "core/error.h"
 #include "engine/perplexity.h"
 #include "ops/ops.h"
@@ -80,22 +81,20 @@ void matmul_f32(const float* x, int64_t S, const float* W, int64_t N, int64_t K,
 
 // Round trip of every row of W [N, K] into out (rows in parallel: each row independent).
 void round_trip_rows(const float* W, int64_t N, int64_t K, const RowRoundTrip& q, float* out) {
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) q(W + n * K, K, out + n * K);
+  cpu::parallel_for(N, [&](int64_t n, int) { q(W + n * K, K, out + n * K); });
 }
 
 // Σ (a − b)² in double, per row in parallel then summed in row order (deterministic).
 double sq_err(const float* a, const float* b, int64_t S, int64_t N) {
   std::vector<double> per(S);
-#pragma omp parallel for schedule(static)
-  for (int64_t s = 0; s < S; ++s) {
+  cpu::parallel_for(S, [&](int64_t s, int) {
     double e = 0;
     for (int64_t n = 0; n < N; ++n) {
       const double d = static_cast<double>(a[s * N + n]) - b[s * N + n];
       e += d * d;
     }
     per[s] = e;
-  }
+  });
   double t = 0;
   for (double e : per) t += e;
   return t;
@@ -161,8 +160,7 @@ void awq_clip_weight(float* W, int64_t N, int64_t K, const float* x, int64_t S, 
   if (block < 1 || K % block != 0) throw Error("awq clip: row length not a multiple of the block");
   if (steps < 1) throw Error("awq clip: steps must be >= 1");
   const int64_t nb = K / block;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t n = 0; n < N; ++n) {
+  cpu::parallel_for(N, [&](int64_t n, int) {
     float* w = W + n * K;
     std::vector<float> orig(w, w + K), c(K), wq(K), amax(nb);
     std::vector<double> best(nb, std::numeric_limits<double>::infinity());
@@ -198,7 +196,7 @@ void awq_clip_weight(float* W, int64_t N, int64_t K, const float* x, int64_t S, 
       const float lim = best_r[b] * amax[b];
       for (int64_t k = b * block; k < (b + 1) * block; ++k) w[k] = std::clamp(orig[k], -lim, lim);
     }
-  }
+  });
 }
 
 std::vector<int32_t> awq_calibration_tokens(const Tokenizer& tok, const std::string& text, int64_t n_tokens) {

@@ -1,12 +1,11 @@
 // Scheduler: slots, admission with KV reuse, chunked prefill, batched decode (scheduler.h).
 #include "server/scheduler.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <random>
 
+#include "backend/cpu/thread_pool.h"
 #include "core/error.h"
 #include "engine/stop_strings.h"
 #include "grammar/grammar.h"
@@ -103,7 +102,7 @@ void Scheduler::stop() {
 }
 
 void Scheduler::loop() {
-  if (opt_.threads > 0) omp_set_num_threads(opt_.threads);
+  if (opt_.threads > 0) cpu::set_num_threads(opt_.threads);
   for (;;) {
     {
       std::unique_lock<std::mutex> lk(mu_);

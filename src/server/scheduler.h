@@ -48,7 +48,7 @@ struct SchedulerOptions {
   int context_tokens = 4096;  // per slot
   KVCacheOptions kv;          // max_tokens is set to context_tokens
   size_t prefix_cache_bytes = 0;  // 0: no cross-request prefix cache
-  int threads = 0;            // OpenMP threads of the compute thread (0: default)
+  int threads = 0;            // CPU threads of the compute thread (0: default)
   int prefill_chunk = 256;
   bool batched_decode = true;  // false: one forward per slot (for tests/benchmarks)
 };
