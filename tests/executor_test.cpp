@@ -190,6 +190,26 @@ TEST(Executor, UnavailableDeviceIsAClearError) {
   }
 }
 
+TEST(Executor, CliRejectsGarbageDeviceAndKvType) {
+  // A device name that does not exist, and bench's new --kv-type with garbage: one clear error, exit
+  // non-zero, nothing on stdout.
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"run", "-p", "Hello", "-n", "2", "--device", "tpu"},
+        std::vector<std::string>{"bench", "-p", "8", "-n", "2", "-r", "1", "--device", ""},
+        std::vector<std::string>{"bench", "-p", "8", "-n", "2", "-r", "1", "--kv-type", "fp8"},
+        std::vector<std::string>{"serve", "--port", "0", "--device", "cuda:7"}}) {
+    std::vector<std::string> args = {egtest::cli_path(), extra[0], "-m", tiny("tiny-gemma3")};
+    args.insert(args.end(), extra.begin() + 1, extra.end());
+    const auto r = egtest::run_cmd(args);
+    EXPECT_NE(r.exit_code, 0) << extra[0];
+    EXPECT_NE(r.exit_code, -1) << extra[0] << ": crashed";
+    EXPECT_TRUE(r.out.empty() || r.out.find("listening") == std::string::npos) << r.out;
+    const bool named = r.err.find("unknown device") != std::string::npos ||
+                       r.err.find("fp8") != std::string::npos;
+    EXPECT_TRUE(named) << extra[0] << ": " << r.err;
+  }
+}
+
 TEST(Executor, CliReportsTheDevice) {
   const auto r = egtest::run_cmd({egtest::cli_path(), "bench", "-m", tiny("tiny-gemma3"), "-p", "8", "-n", "4", "-r",
                                   "1", "--device", "cpu", "--json"});
