@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cpu/packed.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/dtype.h"
 #include "ops/ops.h"
@@ -77,6 +78,50 @@ void QuantArgs(benchmark::internal::Benchmark* b) {
   }
 }
 BENCHMARK(BM_QuantMatmul)->Apply(QuantArgs)->UseRealTime();
+
+// The packed (interleaved) layouts against the row layout, same weights (backend/cpu/packed.h).
+// Args: 0 = Q4_0 / 1 = Q8_0, N, K, T, packed (0/1). N = 262144 is gemma-3's LM head (memory-bound).
+void BM_PackedMatmul(benchmark::State& st) {
+  const DType t = st.range(0) == 0 ? DType::Q4_0 : DType::Q8_0;
+  const int64_t N = st.range(1), K = st.range(2), T = st.range(3);
+  const bool use_packed = st.range(4) != 0;
+  if (use_packed && !eg::cpu::packed_available(t)) {
+    st.SkipWithError("no packed kernel on this machine");
+    return;
+  }
+  const auto w = make_weights(t, N, K);
+  std::vector<uint8_t> p;
+  eg::ops::Weight W{w.data(), t, N, K};
+  if (use_packed) {
+    p.resize(eg::cpu::packed_bytes(t, N, K));
+    eg::cpu::pack_groups(t, w.data(), N, K, 0, N / eg::cpu::kPackRows, p.data());
+    W.packed = p.data();
+  }
+  std::vector<float> x(T * K), y(T * N);
+  std::mt19937 rng(2);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (auto& v : x) v = d(rng);
+  for (auto _ : st) {
+    eg::ops::matmul(x.data(), T, W, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetLabel(std::string(eg::dtype_name(t)) + " T=" + std::to_string(T) + (use_packed ? " packed" : " rows"));
+  st.counters["weight_bytes/s"] = benchmark::Counter(static_cast<double>(w.size()),
+                                                     benchmark::Counter::kIsIterationInvariantRate);
+  st.counters["flop/s"] = benchmark::Counter(static_cast<double>(2 * T * N * K),
+                                             benchmark::Counter::kIsIterationInvariantRate);
+}
+void PackedArgs(benchmark::internal::Benchmark* b) {
+  for (int ti = 0; ti < 2; ++ti)
+    for (int pk = 0; pk < 2; ++pk) {
+      b->Args({ti, 6912, 1152, 1, pk});
+      b->Args({ti, 1152, 6912, 1, pk});
+      b->Args({ti, 262144, 1152, 1, pk});
+      b->Args({ti, 6912, 1152, 64, pk});
+      b->Args({ti, 1152, 6912, 64, pk});
+    }
+}
+BENCHMARK(BM_PackedMatmul)->Apply(PackedArgs)->UseRealTime();
 
 // STREAM-like read bandwidth: all threads sum a 512 MiB buffer (far larger than the caches).
 void BM_StreamRead(benchmark::State& st) {

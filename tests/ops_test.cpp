@@ -177,6 +177,22 @@ TEST(GeluSoftcap, MatchDoubleReference) {
   for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(s[i], 30.0 * std::tanh(s0[i] / 30.0), 1e-4);
 }
 
+// The vector gelu (exp form, capped exponent) at the edges: large |z|, tiny z, the tail lanes.
+TEST(GeluSoftcap, GeluEdgesMatchDoubleReference) {
+  std::vector<float> g = {-200.0f, -60.0f, -12.0f, -3.5f, -1e-3f, -1e-20f, 1e-20f, 1e-3f, 0.7f, 3.5f, 12.0f, 60.0f, 200.0f,
+                          1e4f, -1e4f, 0.25f, -0.25f};
+  std::vector<float> u(g.size(), 1.5f), out(g.size());
+  for (size_t n : {g.size(), size_t{5}, size_t{1}}) {
+    eg::ops::gelu_tanh_mul(g.data(), u.data(), static_cast<int64_t>(n), out.data());
+    for (size_t i = 0; i < n; ++i) {
+      const double z = g[i];
+      const double ref = 0.5 * z * (1 + std::tanh(std::sqrt(2.0 / M_PI) * (z + 0.044715 * z * z * z))) * 1.5;
+      EXPECT_TRUE(std::isfinite(out[i])) << z;
+      EXPECT_NEAR(out[i], ref, 2e-6 * std::abs(ref) + 1e-30) << "z " << z;
+    }
+  }
+}
+
 // Attention over a cache of n_pos positions with GQA, sliding window and soft-cap.
 TEST(Attention, MatchesDoubleReference) {
   const int64_t H = 6, KVH = 2, D = 13, n_pos = 41;

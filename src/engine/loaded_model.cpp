@@ -77,6 +77,12 @@ std::unique_ptr<LoadedModel> LoadedModel::load_gguf(const std::string& path) {
 }
 
 std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path) {
+  auto lm = load_files(path);
+  lm->repack_for_cpu();  // the CPU executor (the constructor's) reads the packed copies
+  return lm;
+}
+
+std::unique_ptr<LoadedModel> LoadedModel::load_files(const std::string& path) {
   namespace fs = std::filesystem;
   if (fs::is_regular_file(path)) {
     if (fs::path(path).extension() != ".gguf")
@@ -87,12 +93,21 @@ std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path) {
 }
 
 std::unique_ptr<LoadedModel> LoadedModel::load(const std::string& path, DeviceRequest device) {
-  auto lm = load(path);
+  auto lm = load_files(path);
   lm->use_device(device);
   return lm;
 }
 
-void LoadedModel::use_device(DeviceRequest device) { exec_ = make_executor(*model_, device); }
+void LoadedModel::use_device(DeviceRequest device) {
+  exec_ = make_executor(*model_, device);
+  if (exec_->device() == Device::CPU) repack_for_cpu();
+}
+
+void LoadedModel::repack_for_cpu() {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (model_->repack_for_cpu() > 0)
+    load_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 
 std::vector<int32_t> LoadedModel::encode_prompt(const std::string& text, bool no_bos) const {
   std::vector<int32_t> ids = tokenizer_.encode(text, /*add_bos=*/false, /*parse_special=*/true);

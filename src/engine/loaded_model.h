@@ -18,10 +18,13 @@ class LoadedModel {
   /// Loads a GGUF file alone: model (Model::load_gguf), tokenizer (Tokenizer::from_gguf), stop
   /// ids (tokenizer.ggml.eos_token_id + the end-of-turn token). Throws eg::Error.
   static std::unique_ptr<LoadedModel> load_gguf(const std::string& path);
-  /// A directory (Hugging Face) or a file ending in .gguf.
+  /// A directory (Hugging Face) or a file ending in .gguf, for the CPU executor (its weights
+  /// packed for the CPU kernels: Model::repack_for_cpu).
   static std::unique_ptr<LoadedModel> load(const std::string& path);
-  /// load(), then the step executor for `device` (use_device).
+  /// The files, then the step executor for `device` (use_device).
   static std::unique_ptr<LoadedModel> load(const std::string& path, DeviceRequest device);
+  /// A directory or .gguf file with the CPU executor over the weights as mapped (no packing).
+  static std::unique_ptr<LoadedModel> load_files(const std::string& path);
 
   const Model& model() const { return *model_; }
   /// Where steps run (exec/executor.h): the CPU executor unless use_device chose another.
@@ -29,6 +32,8 @@ class LoadedModel {
   /// Replaces the executor by the one for `device` (make_executor). Throws eg::Error when an
   /// explicitly requested device is unavailable; the old executor stays then. Call it before any
   /// Session, scheduler or KV cache uses this model.
+  /// When the executor is the CPU's, the weights are packed for it (Model::repack_for_cpu; the
+  /// time counts in load_ms()).
   void use_device(DeviceRequest device);
   const Tokenizer& tokenizer() const { return tokenizer_; }
   /// Ids that end generation: eos_token_id of config.json and generation_config.json, plus the
@@ -53,6 +58,7 @@ class LoadedModel {
 
  private:
   std::unique_ptr<Model> model_;
+  void repack_for_cpu();
   std::unique_ptr<StepExecutor> exec_;
   Tokenizer tokenizer_;
   std::vector<int32_t> stop_ids_;

@@ -7,6 +7,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "core/error.h"
 
@@ -21,6 +23,13 @@ struct FdGuard {
     if (fd >= 0) ::close(fd);
   }
 };
+
+// Live mappings (base -> size), for release_pages.
+std::mutex g_maps_mu;
+std::map<const uint8_t*, size_t>& live_maps() {
+  static std::map<const uint8_t*, size_t> m;
+  return m;
+}
 
 [[noreturn]] void fail(const std::string& path, const std::string& reason) {
   throw Error("cannot open " + path + ": " + reason);
@@ -52,11 +61,36 @@ std::shared_ptr<MappedFile> MappedFile::open(const std::string& path) {
   if (p == MAP_FAILED) fail(path, std::string("mmap failed: ") + std::strerror(errno));
   mf->data_ = static_cast<const uint8_t*>(p);
   mf->size_ = size;
+  {
+    std::lock_guard<std::mutex> lock(g_maps_mu);
+    live_maps()[mf->data_] = size;
+  }
   return mf;
 }
 
 MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (data_ == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(g_maps_mu);
+    live_maps().erase(data_);
+  }
+  ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+size_t MappedFile::release_pages(const void* p, size_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  std::lock_guard<std::mutex> lock(g_maps_mu);
+  auto& m = live_maps();
+  auto it = m.upper_bound(b);
+  if (it == m.begin()) return 0;
+  --it;
+  if (b < it->first || b + n > it->first + it->second) return 0;  // not wholly inside this mapping
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t lo = (reinterpret_cast<uintptr_t>(b) + page - 1) / page * page;
+  const uintptr_t hi = (reinterpret_cast<uintptr_t>(b) + n) / page * page;
+  if (hi <= lo) return 0;
+  if (::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED) != 0) return 0;
+  return hi - lo;
 }
 
 }  // namespace eg

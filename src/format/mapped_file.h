@@ -17,6 +17,12 @@ class MappedFile {
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
 
+  /// Drops the resident pages that lie wholly inside [p, p + n) when that range is inside a live
+  /// mapping made by open() (madvise MADV_DONTNEED: the pages are clean file pages, so a later
+  /// read brings them back from the file; nothing is lost). Returns the bytes released (0 when
+  /// the range is not in a mapping, e.g. heap memory, which is never touched).
+  static size_t release_pages(const void* p, size_t n);
+
   const uint8_t* data() const { return data_; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }

@@ -45,6 +45,12 @@ class Model {
   const ModelConfig& config() const { return cfg_; }
   const ModelWeights& weights() const { return w_; }
 
+  /// Gives every matmul weight that has an interleaved CPU layout on this machine
+  /// (backend/cpu/packed.h: Q4_0, Q8_0 with AVX-512 VNNI) its packed copy, and releases the
+  /// mapped pages it came from, so resident memory does not grow (model/cpu_repack.cpp).
+  /// Idempotent; results are bit-identical before and after. Returns the bytes packed.
+  size_t repack_for_cpu();
+
   /// Runs T tokens at positions kv.n_past() .. kv.n_past()+T-1 (one batched pass: matrix-matrix
   /// products), appends their K/V to `kv` and advances it. Writes logits [V] for the last token
   /// (Last), [T, V] for every token (All) or nothing (None) into `logits` (resized).

@@ -59,6 +59,8 @@ struct ModelWeights {
   NormWeight ple_proj_norm;    // [P]
   std::vector<LayerWeights> layers;
   std::vector<std::string> ignored_prefixes;  // e.g. "vision_tower." (reported to the user)
+  /// The CPU backend's packed copies that Weight::packed points into (model/cpu_repack.h).
+  std::vector<std::shared_ptr<uint8_t>> packed_buffers;
 };
 
 /// The decoder's tensor prefix in `store`; throws eg::Error when no embedding tensor is found.

@@ -1,7 +1,8 @@
 // ops::matmul / ops::matmul_fused for every weight dtype (ops.h contract).
 //   F32 / F16 / BF16: f32 dot products (backend/cpu/kernels.h), 4 tokens per weight-row read.
 //   Block-quantized weights: the activation rows are quantized once per call and weight type
-//   (ActQ8 or Q8_K, backend/cpu/quant_kernels.h), then integer block dots.
+//   (ActQ8 or Q8_K, backend/cpu/quant_kernels.h), then integer block dots; weights with a packed
+//   copy (Weight::packed, backend/cpu/packed.h) go to the interleaved kernels, 64 rows per task.
 // Threads (backend/cpu/thread_pool.h): one dispatch over chunks of 16 output rows of every
 // product of the call (the q/k/v projections of a layer are one dispatch, not three). Each output
 // element is one dot product with a fixed arithmetic order, so it does not depend on T, on
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/packed.h"
 #include "backend/cpu/quant_kernels.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/error.h"
@@ -19,7 +21,8 @@
 namespace eg::ops {
 namespace {
 
-constexpr int64_t kRowChunk = 16;  // output rows per task
+constexpr int64_t kRowChunk = 16;     // output rows per task
+constexpr int64_t kPackedChunk = 64;  // output rows per task of a packed weight (4 groups of 16)
 
 // Rows [n0, n1) of y = x·Wᵀ for float weights.
 void float_rows(const float* x, int64_t T, const Weight& W, int64_t n0, int64_t n1, float* y) {
@@ -54,6 +57,8 @@ struct Part {
   float* y;
   int64_t first_task = 0;
   int acts = -1;  // index into the quantized activation sets, -1 for float weights
+  int64_t chunk = kRowChunk;
+  bool packed = false;
 };
 
 struct ActSet {
@@ -86,8 +91,10 @@ void matmul_fused(const float* x, int64_t T, std::initializer_list<MatmulOut> ou
         acts.push_back({o.W->dtype, rb, std::vector<uint8_t>(static_cast<size_t>(T) * rb)});
       }
     }
+    p.packed = o.W->packed != nullptr && cpu::packed_available(o.W->dtype);
+    if (p.packed) p.chunk = kPackedChunk;
     parts.push_back(p);
-    tasks += (o.W->rows + kRowChunk - 1) / kRowChunk;
+    tasks += (o.W->rows + p.chunk - 1) / p.chunk;
     work += o.W->rows * K * T;
   }
   // Tiny products (router logits, toy models) stay on the calling thread: a dispatch costs more.
@@ -106,9 +113,12 @@ void matmul_fused(const float* x, int64_t T, std::initializer_list<MatmulOut> ou
     while (parts[pi].first_task > task) --pi;
     const Part& p = parts[pi];
     const Weight& W = *p.W;
-    const int64_t n0 = (task - p.first_task) * kRowChunk, n1 = std::min(W.rows, n0 + kRowChunk);
+    const int64_t n0 = (task - p.first_task) * p.chunk, n1 = std::min(W.rows, n0 + p.chunk);
     if (p.acts < 0) {
       float_rows(x, T, W, n0, n1, p.y);
+    } else if (p.packed) {
+      const ActSet& a = acts[p.acts];
+      cpu::packed_gemm(W.dtype, W.packed, K, n0, n1, a.data.data(), a.row_bytes, T, p.y, W.rows);
     } else {
       const ActSet& a = acts[p.acts];
       cpu::qgemm(W.dtype, W.data, dtype_row_bytes(W.dtype, K), n0, n1, a.data.data(), a.row_bytes, T, K, p.y, W.rows);

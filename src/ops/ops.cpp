@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/activations.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/thread_pool.h"
 
@@ -80,15 +81,10 @@ void softmax(float* x, int64_t n) {
 }
 
 void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
-  const float k0 = 0.7978845608028654f;  // sqrt(2/pi)
-  const float k1 = 0.044715f;
   constexpr int64_t kChunk = 16384;  // elements per task; element-wise, so any split gives the same values
   cpu::parallel_for((n + kChunk - 1) / kChunk, [&](int64_t c, int) {
-    for (int64_t i = c * kChunk, end = std::min(n, i + kChunk); i < end; ++i) {
-      const float z = gate[i];
-      const float g = 0.5f * z * (1.0f + std::tanh(k0 * (z + k1 * z * z * z)));
-      out[i] = g * up[i];
-    }
+    const int64_t i = c * kChunk, end = std::min(n, i + kChunk);
+    cpu::gelu_tanh_mul(gate + i, up + i, static_cast<size_t>(end - i), out + i);
   }, n > 65536 ? 0 : 1);
 }
 

@@ -20,6 +20,10 @@ struct Weight {
   DType dtype = DType::F32;
   int64_t rows = 0;
   int64_t cols = 0;
+  /// The CPU backend's interleaved copy of the same weight (backend/cpu/packed.h), made at load
+  /// (model/cpu_repack.h), or nullptr. When set, matmul reads it instead of `data`; results are
+  /// bit-identical either way.
+  const void* packed = nullptr;
 };
 
 /// y[t, n] = sum_k x[t, k] * W[n, k]  (y = x·Wᵀ, as nn.Linear without bias).

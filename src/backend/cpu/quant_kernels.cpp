@@ -279,12 +279,15 @@ HWY_INLINE __m256i Vdot(const BlockQ5_0& b, const ActQ8& a) { return VdotQ5(b.qs
 HWY_INLINE __m256i Vdot(const BlockQ5_1& b, const ActQ8& a) { return VdotQ5(b.qs, QhOf(b), a.qs); }
 #endif
 
-// One block's contribution, in the canonical float order (quant_kernels.h).
+// One block's contribution, in the canonical float order (quant_kernels.h). Q8_0 and Q4_0 (the
+// types with a packed layout, packed.h) use one fused multiply-add chain over the blocks.
+template <typename B>
+constexpr bool kFmaChain = std::is_same_v<B, BlockQ8_0> || std::is_same_v<B, BlockQ4_0>;
 HWY_INLINE float Accum(float acc, const BlockQ8_0& b, const ActQ8& a, int32_t is) {
-  return acc + (H2F(b.d) * a.d) * static_cast<float>(is);
+  return std::fma(H2F(b.d) * a.d, static_cast<float>(is), acc);
 }
 HWY_INLINE float Accum(float acc, const BlockQ4_0& b, const ActQ8& a, int32_t is) {
-  return acc + (H2F(b.d) * a.d) * static_cast<float>(is - 8 * a.s);
+  return std::fma(H2F(b.d) * a.d, static_cast<float>(is - 8 * a.s), acc);
 }
 HWY_INLINE float Accum(float acc, const BlockQ5_0& b, const ActQ8& a, int32_t is) {
   return acc + (H2F(b.d) * a.d) * static_cast<float>(is - 16 * a.s);
@@ -343,7 +346,8 @@ HWY_INLINE __m128 F16x4(uint16_t a, uint16_t b, uint16_t c, uint16_t d) {
 }
 #endif
 
-// Row dots of one weight row with ntok (1..4) activation rows over nb 32-blocks. Per token, block
+// Row dots of one weight row with ntok (1..4) activation rows over nb 32-blocks. Q8_0 / Q4_0: one
+// fma chain per token over the blocks in order (as the packed kernels, packed.h). Others: block
 // i is accumulated into acc[i % 4] (four independent float chains, so the adds pipeline), and
 // the result is (acc0 + acc1) + (acc2 + acc3): a fixed order that depends only on K. Every
 // token's operations are the same whatever ntok is (ntok only shares the weight unpacking), so
@@ -365,15 +369,34 @@ void DotLegacyN(const void* w, const ActQ8* const* acts, int ntok, int64_t nb, f
                                VdotCodes<B>(c2, a[2].qs), VdotCodes<B>(c3, a[3].qs));
       const __m128 dx = _mm_setr_ps(a[0].d, a[1].d, a[2].d, a[3].d);
       const __m128i sx = _mm_setr_epi32(a[0].s, a[1].s, a[2].s, a[3].s);
-      accv[j] = AccumV<B>(accv[j], bb, dw, dx, is, sx);
+      if constexpr (kFmaChain<B>) {  // the four blocks' terms, then one fma chain in block order
+        __m128i isum = is;
+        if constexpr (std::is_same_v<B, BlockQ4_0>) isum = _mm_sub_epi32(is, _mm_slli_epi32(sx, 3));  // −8·s
+        alignas(16) float p[4], f[4];
+        _mm_store_ps(p, _mm_mul_ps(dw, dx));
+        _mm_store_ps(f, _mm_cvtepi32_ps(isum));
+        float& c = acc[j][0];
+        c = std::fma(p[0], f[0], c);
+        c = std::fma(p[1], f[1], c);
+        c = std::fma(p[2], f[2], c);
+        c = std::fma(p[3], f[3], c);
+      } else {
+        accv[j] = AccumV<B>(accv[j], bb, dw, dx, is, sx);
+      }
     }
   }
-  for (int j = 0; j < ntok; ++j) _mm_storeu_ps(acc[j], accv[j]);
+  if constexpr (!kFmaChain<B>)
+    for (int j = 0; j < ntok; ++j) _mm_storeu_ps(acc[j], accv[j]);
 #endif
   for (int j = 0; j < ntok; ++j) {
     const ActQ8* a = acts[j];
-    for (int64_t i = i0; i < nb; ++i) acc[j][i & 3] = Accum(acc[j][i & 3], b[i], a[i], Idot(b[i], a[i]));
-    out[j] = (acc[j][0] + acc[j][1]) + (acc[j][2] + acc[j][3]);
+    if constexpr (kFmaChain<B>) {
+      for (int64_t i = i0; i < nb; ++i) acc[j][0] = Accum(acc[j][0], b[i], a[i], Idot(b[i], a[i]));
+      out[j] = acc[j][0];
+    } else {
+      for (int64_t i = i0; i < nb; ++i) acc[j][i & 3] = Accum(acc[j][i & 3], b[i], a[i], Idot(b[i], a[i]));
+      out[j] = (acc[j][0] + acc[j][1]) + (acc[j][2] + acc[j][3]);
+    }
   }
 }
 

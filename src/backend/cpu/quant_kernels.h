@@ -9,7 +9,9 @@
 // Arithmetic (the same on every target, so results are bit-identical across targets): per weight
 // block the integer dot Σ q_w·q_x is computed exactly in int32, the offsets (−8, −16, −32, mins)
 // are applied exactly through Σ q_x, and the float accumulation then runs in a fixed order that
-// depends only on K: term_i = (d_w·d_x)·isum [+ (m_w·d_x)·Σq_x] per 32-block, added into acc[i % 4],
+// depends only on K: Q8_0 and Q4_0 (which also have packed layouts, packed.h): one chain
+// acc = fma(d_w·d_x, float(isum), acc) over the blocks in order; Q4_1, Q5_0, Q5_1, EG_Q4_G128:
+// term_i = (d_w·d_x)·isum [+ (m_w·d_x)·Σq_x] per 32-block, added into acc[i % 4],
 // result (acc0 + acc1) + (acc2 + acc3); K-quants: one chain over 256-blocks,
 // acc += (d·d_x)·isum − (dmin·d_x)·Σ m_j·bsum_j. So a
 // result depends only on the weight row and that token's activations: never on T, on how tokens

@@ -1,0 +1,66 @@
+// Interleaved ("packed") weight layouts for the CPU matmul kernels, chosen at load.
+//
+// A block-quantized weight [rows, K] is stored by llama.cpp/GGUF row after row: each row is K/32
+// blocks of (f16 scale, 32 codes). A kernel that multiplies 16 rows at once by one activation
+// wants, for every 32-block column b, the 16 rows' scales side by side and their codes
+// interleaved so that one 64-byte load feeds 4 codes of each of the 16 rows to one `vpdpbusd`
+// (u8 × s8 → int32, 16 lanes = 16 rows), with no horizontal reduction. The packed copy holds the
+// same bits in that order (and the same number of bytes), so it replaces the mapped rows: after
+// packing, the original pages are released (model/cpu_repack.cpp) and never read again by
+// matmul.
+//
+// Layouts (rows must be a multiple of 16; group g = rows 16g .. 16g+15):
+//   Q4_0x16: per group, per block b: 16 × f16 scales d[r] (32 bytes), then 4 chunks of 64 bytes;
+//            chunk j holds, for row r, 4 bytes at 4r..4r+3: byte i = q(r, 4j+i) | q(r, 16+4j+i) << 4
+//            (q = the 4-bit code 0..15, weight = d·(q − 8)). 288 bytes = 16 × sizeof(BlockQ4_0).
+//   Q8_0x16: per group, per block b: 16 × f16 scales (32 bytes), then 8 chunks of 64 bytes;
+//            chunk j holds, for row r, bytes 4r..4r+3 = q(r, 4j+i) + 128 (as u8; q the int8 code).
+//            544 bytes = 16 × sizeof(BlockQ8_0).
+// Group g starts at byte g · (K/32) · (bytes per block column).
+//
+// Arithmetic (identical to the row kernels in quant_kernels.cpp, so a packed and an unpacked
+// weight give bit-identical results): per block, the exact int32 sum Σ q_w·q_x (with the −8·Σq_x
+// or −128·Σq_x offset applied in integers), then acc = fma(d_w·d_x, float(isum), acc) over the
+// blocks in order, starting from 0.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/quant_kernels.h"
+#include "core/dtype.h"
+
+namespace eg::cpu {
+
+constexpr int64_t kPackRows = 16;  // rows per interleaved group
+
+/// True when weights of type t have a packed layout and this machine has its kernel
+/// (AVX-512 VNNI today; EDGEGEMMA_REPACK=0 in the environment turns packing off).
+bool packed_available(DType t);
+
+/// True when a [rows, cols] weight of type t can be packed (rows % 16 == 0, cols % 32 == 0,
+/// a type with a layout above); does not look at the machine.
+bool packable(DType t, int64_t rows, int64_t cols);
+
+/// Bytes of the packed copy (equal to the unpacked size).
+size_t packed_bytes(DType t, int64_t rows, int64_t cols);
+
+/// Packs groups [g0, g1) of the row-major weight `src` (rows of dtype_row_bytes(t, cols)) into
+/// `dst` (packed_bytes(t, rows, cols) bytes, the whole packed tensor). Throws eg::Error if the
+/// weight is not packable.
+void pack_groups(DType t, const void* src, int64_t rows, int64_t cols, int64_t g0, int64_t g1, void* dst);
+
+/// The inverse, for one row: writes row n of the packed weight in the original block layout
+/// (dtype_row_bytes(t, cols) bytes). Used by tests and for row lookups.
+void unpack_row(DType t, const void* packed, int64_t rows, int64_t cols, int64_t n, void* out_row);
+
+/// y[t·ldy + n] = dot(row n, activation row t) for n in [n0, n1) (multiples of 16), t in [0, T).
+/// acts: T rows of ActQ8 (a_row_bytes apart, K/32 blocks each). Bit-identical to qgemm on the
+/// unpacked weight. Only call when packed_available(t).
+void packed_gemm(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1, const void* acts,
+                 size_t a_row_bytes, int64_t T, float* y, int64_t ldy);
+
+/// The scalar reference of packed_gemm (any machine): reads the packed layout element by element.
+void packed_gemm_reference(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1,
+                           const void* acts, size_t a_row_bytes, int64_t T, float* y, int64_t ldy);
+
+}  // namespace eg::cpu

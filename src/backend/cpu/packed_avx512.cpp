@@ -1,0 +1,188 @@
+// AVX-512 VNNI kernels for the packed Q4_0x16 / Q8_0x16 layouts (packed.h).
+//
+// One zmm lane per weight row: a 64-byte load of a packed chunk gives 4 codes of each of 16 rows,
+// `vpdpbusd` multiplies them (u8) by 4 activation codes (s8, one broadcast dword) and adds into
+// the row's int32 lane. A block of 32 elements is 8 such steps (Q4_0: 4 loads, low and high
+// nibbles; Q8_0: 8 loads of code+128), starting from the integer offset −8·Σq_x (Q4_0) or
+// −128·Σq_x (Q8_0), so each lane ends with the exact Σ q_w·q_x of packed.h. Then, per block,
+// acc = fma(d_w·d_x, float(isum), acc): the arithmetic of packed.h, lane by lane.
+//
+// Tiles: prefill runs 1 group (16 rows) × 8 tokens per pass (8 independent integer chains hide
+// the vpdpbusd latency; each unpacked chunk feeds 8 tokens); decode runs 4 groups × 1 token, with
+// two integer chains per group. Compiled with function-level targets, so the rest of the binary
+// keeps its baseline ISA; packed_avx512_supported() checks the CPU at run time.
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/packed.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#define EG_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
+#endif
+
+namespace eg::cpu {
+
+#if defined(__x86_64__)
+namespace {
+
+template <bool kQ4>
+constexpr size_t kColBytes = kQ4 ? 288 : 544;  // one block column of a 16-row group
+
+// The 16 rows' int32 sums of one block column for one token, into two chains (ia, ib).
+template <bool kQ4>
+EG_AVX512_VNNI inline void block_dots(const uint8_t* col, const ActQ8& a, __m512i& ia, __m512i& ib) {
+  const uint8_t* q = col + 32;
+  const auto* xq = reinterpret_cast<const int32_t*>(a.qs);
+  if constexpr (kQ4) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    for (int j = 0; j < 4; ++j) {
+      const __m512i v = _mm512_loadu_si512(q + 64 * j);
+      ia = _mm512_dpbusd_epi32(ia, _mm512_and_si512(v, m4), _mm512_set1_epi32(xq[j]));
+      ib = _mm512_dpbusd_epi32(ib, _mm512_and_si512(_mm512_srli_epi16(v, 4), m4), _mm512_set1_epi32(xq[j + 4]));
+    }
+  } else {
+    for (int j = 0; j < 8; j += 2) {
+      ia = _mm512_dpbusd_epi32(ia, _mm512_loadu_si512(q + 64 * j), _mm512_set1_epi32(xq[j]));
+      ib = _mm512_dpbusd_epi32(ib, _mm512_loadu_si512(q + 64 * j + 64), _mm512_set1_epi32(xq[j + 1]));
+    }
+  }
+}
+
+template <bool kQ4>
+EG_AVX512_VNNI inline __m512i offset(const ActQ8& a) {
+  return _mm512_set1_epi32((kQ4 ? -8 : -128) * a.s);
+}
+
+// Prefill: one group (16 rows starting at column pointer P) × C tokens (C ≤ 8).
+template <bool kQ4, int C>
+EG_AVX512_VNNI void tile_tokens(const uint8_t* P, int64_t nb, const ActQ8* const* a, float* const* y) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* col = P + static_cast<size_t>(b) * kColBytes<kQ4>;
+    const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col)));
+    __m512i is[C];
+    for (int c = 0; c < C; ++c) is[c] = offset<kQ4>(a[c][b]);
+    const uint8_t* q = col + 32;
+    if constexpr (kQ4) {
+      for (int j = 0; j < 4; ++j) {
+        const __m512i v = _mm512_loadu_si512(q + 64 * j);
+        const __m512i lo = _mm512_and_si512(v, m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        for (int c = 0; c < C; ++c) {
+          const auto* xq = reinterpret_cast<const int32_t*>(a[c][b].qs);
+          is[c] = _mm512_dpbusd_epi32(is[c], lo, _mm512_set1_epi32(xq[j]));
+          is[c] = _mm512_dpbusd_epi32(is[c], hi, _mm512_set1_epi32(xq[j + 4]));
+        }
+      }
+    } else {
+      for (int j = 0; j < 8; ++j) {
+        const __m512i v = _mm512_loadu_si512(q + 64 * j);
+        for (int c = 0; c < C; ++c) {
+          const auto* xq = reinterpret_cast<const int32_t*>(a[c][b].qs);
+          is[c] = _mm512_dpbusd_epi32(is[c], v, _mm512_set1_epi32(xq[j]));
+        }
+      }
+    }
+    for (int c = 0; c < C; ++c) {
+      const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(a[c][b].d));
+      acc[c] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(is[c]), acc[c]);
+    }
+  }
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y[c], acc[c]);
+}
+
+// Decode: G groups (16 rows each, group stride gs bytes) × 1 token.
+template <bool kQ4, int G>
+EG_AVX512_VNNI void tile_groups(const uint8_t* P, size_t gs, int64_t nb, const ActQ8* a, float* y) {
+  __m512 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const __m512i off = offset<kQ4>(a[b]);
+    const __m512 dx = _mm512_set1_ps(a[b].d);
+    for (int g = 0; g < G; ++g) {
+      const uint8_t* col = P + g * gs + static_cast<size_t>(b) * kColBytes<kQ4>;
+      __m512i ia = off, ib = _mm512_setzero_si512();
+      block_dots<kQ4>(col, a[b], ia, ib);
+      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col)));
+      acc[g] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(_mm512_add_epi32(ia, ib)), acc[g]);
+    }
+  }
+  for (int g = 0; g < G; ++g) _mm512_storeu_ps(y + 16 * g, acc[g]);
+}
+
+template <bool kQ4>
+void run_tokens(const uint8_t* P, int64_t nb, const ActQ8* const* a, float* const* y, int C) {
+  switch (C) {
+    case 8: tile_tokens<kQ4, 8>(P, nb, a, y); break;
+    case 7: tile_tokens<kQ4, 7>(P, nb, a, y); break;
+    case 6: tile_tokens<kQ4, 6>(P, nb, a, y); break;
+    case 5: tile_tokens<kQ4, 5>(P, nb, a, y); break;
+    case 4: tile_tokens<kQ4, 4>(P, nb, a, y); break;
+    case 3: tile_tokens<kQ4, 3>(P, nb, a, y); break;
+    case 2: tile_tokens<kQ4, 2>(P, nb, a, y); break;
+    default: tile_tokens<kQ4, 1>(P, nb, a, y); break;
+  }
+}
+
+template <bool kQ4>
+void gemm(const void* packed, int64_t K, int64_t n0, int64_t n1, const void* acts, size_t a_row_bytes,
+          int64_t T, float* y, int64_t ldy) {
+  const int64_t nb = K / 32;
+  const size_t gs = static_cast<size_t>(nb) * kColBytes<kQ4>;  // bytes per 16-row group
+  const auto* base = static_cast<const uint8_t*>(packed);
+  const auto* ab = static_cast<const uint8_t*>(acts);
+  const int64_t g0 = n0 / kPackRows, g1 = n1 / kPackRows;
+  if (T == 1) {
+    const auto* a = reinterpret_cast<const ActQ8*>(ab);
+    int64_t g = g0;
+    for (; g + 4 <= g1; g += 4) tile_groups<kQ4, 4>(base + g * gs, gs, nb, a, y + g * kPackRows);
+    for (; g + 2 <= g1; g += 2) tile_groups<kQ4, 2>(base + g * gs, gs, nb, a, y + g * kPackRows);
+    for (; g < g1; ++g) tile_groups<kQ4, 1>(base + g * gs, gs, nb, a, y + g * kPackRows);
+    return;
+  }
+  constexpr int64_t kTok = 8;
+  for (int64_t t0 = 0; t0 < T; t0 += kTok) {
+    const int C = static_cast<int>(T - t0 < kTok ? T - t0 : kTok);
+    const ActQ8* a[kTok];
+    for (int c = 0; c < C; ++c) a[c] = reinterpret_cast<const ActQ8*>(ab + static_cast<size_t>(t0 + c) * a_row_bytes);
+    for (int64_t g = g0; g < g1; ++g) {
+      float* yr[kTok];
+      for (int c = 0; c < C; ++c) yr[c] = y + (t0 + c) * ldy + g * kPackRows;
+      run_tokens<kQ4>(base + g * gs, nb, a, yr, C);
+    }
+  }
+}
+
+}  // namespace
+
+bool packed_avx512_supported() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512vnni");
+}
+
+void packed_gemm_avx512(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1, const void* acts,
+                        size_t a_row_bytes, int64_t T, float* y, int64_t ldy) {
+  if (t == DType::Q4_0) {
+    gemm<true>(packed, K, n0, n1, acts, a_row_bytes, T, y, ldy);
+  } else {
+    gemm<false>(packed, K, n0, n1, acts, a_row_bytes, T, y, ldy);
+  }
+}
+
+#else  // no x86: the portable reference (packing is never chosen: packed_avx512_supported is false)
+
+bool packed_avx512_supported() { return false; }
+
+void packed_gemm_avx512(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1, const void* acts,
+                        size_t a_row_bytes, int64_t T, float* y, int64_t ldy) {
+  packed_gemm_reference(t, packed, K, n0, n1, acts, a_row_bytes, T, y, ldy);
+}
+
+#endif
+
+}  // namespace eg::cpu
