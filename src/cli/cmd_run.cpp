@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "engine/generator.h"
+#include "engine/image_prompt.h"
 #include "engine/loaded_model.h"
 #include "engine/memory_budget.h"
 #include "engine/stop_strings.h"
@@ -41,6 +42,7 @@ struct RunArgs {
   bool json = false;
   bool no_bos = false;
   bool ignore_eos = false;
+  std::vector<std::string> images;  // --image FILE, in order
 };
 
 std::string get_prompt(const RunArgs& a) {
@@ -78,9 +80,16 @@ int run(const RunArgs& a) {
   if (text.empty()) throw Error("empty prompt");
   if (!a.system.empty() && !a.chat) throw Error("--system needs --chat");
   const std::string dir = a.model_dir.empty() ? default_model_dir() : a.model_dir;
+  // Images are decoded first: a bad file is reported before the model loads.
+  std::vector<vision::RgbImage> images;
+  for (const std::string& f : a.images) images.push_back(vision::load_image_file(f));
   auto lm = LoadedModel::load(dir, parse_device(g.device));
   for (const auto& n : lm->notes()) std::fprintf(stderr, "edgegemma: note: %s\n", n.c_str());
   const Tokenizer& tok = lm->tokenizer();
+  std::unique_ptr<ImageEncoder> encoder;
+  if (!images.empty()) encoder = ImageEncoder::load(*lm, dir);  // "this model has no vision tower"
+  ImagePrompt with_images;
+  double encode_ms = 0;
 
   std::vector<int32_t> prompt;
   if (a.chat) {
@@ -88,7 +97,14 @@ int run(const RunArgs& a) {
     // message the template rejects (Gemma 2) is folded into the user turn (chat_template.h).
     nlohmann::json msgs = nlohmann::json::array();
     if (!a.system.empty()) msgs.push_back({{"role", "system"}, {"content", a.system}});
-    msgs.push_back({{"role", "user"}, {"content", text}});
+    if (images.empty()) {
+      msgs.push_back({{"role", "user"}, {"content", text}});
+    } else {  // the images first, in the order given, then the text
+      nlohmann::json content = nlohmann::json::array();
+      for (size_t i = 0; i < images.size(); ++i) content.push_back({{"type", "image"}});
+      content.push_back({{"type", "text"}, {"text", text}});
+      msgs.push_back({{"role", "user"}, {"content", content}});
+    }
     ChatOptions opt;
     opt.add_generation_prompt = true;
     const int32_t bos = tok.bos_id(), eos = tok.eos_id();
@@ -99,9 +115,21 @@ int run(const RunArgs& a) {
     const std::string rendered = ChatTemplate(lm->chat_template()).render(msgs, opt);
     // As transformers' apply_chat_template(tokenize=True): the template writes the BOS text
     // itself; encode_prompt keeps exactly that one (and adds one if a template writes none).
-    prompt = lm->encode_prompt(rendered, a.no_bos);
-  } else {
+    if (images.empty()) prompt = lm->encode_prompt(rendered, a.no_bos);
+    else text = rendered;
+  } else if (images.empty()) {
     prompt = lm->encode_prompt(text, a.no_bos);
+  } else if (count_markers(text, encoder->marker()) == 0) {
+    // No image marker in the prompt: the images go before the text.
+    std::string marked;
+    for (size_t i = 0; i < images.size(); ++i) marked += encoder->marker();
+    text = marked + text;
+  }
+  if (!images.empty()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    with_images = build_image_prompt(*lm, *encoder, text, images, a.no_bos);
+    encode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    prompt = with_images.ids;
   }
 
   GenerateOptions opt;
@@ -125,6 +153,7 @@ int run(const RunArgs& a) {
   opt.context_size = a.ctx;
   opt.sampling = sampling;
   opt.kv.type = kv_type;
+  opt.media = with_images.spans;
 
   StreamingDetokenizer detok(tok);
   std::string text_out;
@@ -155,6 +184,11 @@ int run(const RunArgs& a) {
                         {"context_full", r.context_full},
                         {"seed", seed},
                         {"stats", stats_json(*lm, r.stats)}};
+    if (!images.empty()) {
+      j["stats"]["images"] = images.size();
+      j["stats"]["soft_tokens_per_image"] = encoder->tokens_per_image();
+      j["stats"]["image_encode_ms"] = encode_ms;
+    }
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::fwrite(tail.data(), 1, tail.size(), stdout);
@@ -176,6 +210,9 @@ int run(const RunArgs& a) {
                  s.decode_tok_s, peak_rss_bytes() / 1048576.0, cpu::num_threads(),
                  cpu::simd_target_name(), lm->executor().description().c_str(),
                  static_cast<unsigned long long>(seed));
+    if (!images.empty())
+      std::fprintf(stderr, "images: %zu | soft tokens per image: %d | image encode: %.1f ms\n", images.size(),
+                   encoder->tokens_per_image(), encode_ms);
   }
   return 0;
 }
@@ -200,6 +237,10 @@ Action register_run(CLI::App& app) {
                "print one JSON object: prompt_ids, generated_ids, text, finish_reason, context_full, seed, stats");
   app.add_flag("--no-bos", a->no_bos, "do not add <bos> (a <bos> the text or the chat template writes itself stays)");
   app.add_flag("--ignore-eos", a->ignore_eos, "keep generating through <eos>/<end_of_turn>");
+  app.add_option("--image", a->images,
+                 "an image file (JPEG, PNG, WebP, GIF, BMP; repeatable): with --chat before the text of the "
+                 "message, else at each <start_of_image> of the prompt, or before the text")
+      ->allow_extra_args(false);
   return [a] { return run(*a); };
 }
 

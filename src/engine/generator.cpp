@@ -52,7 +52,7 @@ GenerationResult generate(const StepExecutor& exec, const std::vector<int32_t>& 
   std::vector<float> logits;
 
   const auto t0 = std::chrono::steady_clock::now();
-  exec.prefill(prompt.data(), n_prompt, kv, *ws, LogitsMode::Last, logits);
+  exec.prefill_media(prompt.data(), n_prompt, opt.media, kv, *ws, LogitsMode::Last, logits);
   r.stats.prefill_ms = ms_since(t0);
   int32_t next = sampler.sample(logits.data(), cfg.vocab_size);
   r.stats.ttft_ms = ms_since(t0);

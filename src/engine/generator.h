@@ -18,6 +18,9 @@ struct GenerateOptions {
   int context_size = 0;     // tokens; 0: the model's max_position_embeddings (larger: error)
   SamplingParams sampling;
   KVCacheOptions kv;        // KV storage type and paging (default F16); max_tokens is set from the context
+  /// Embedding overrides of the prompt (images' soft tokens: Model::forward's EmbedSpan, rows
+  /// relative to the prompt); the rows must stay alive during generate().
+  std::vector<EmbedSpan> media;
 };
 
 /// Timings in milliseconds; rates in tokens per second.

@@ -34,10 +34,17 @@ LoadedModel::LoadedModel(std::unique_ptr<Model> m, Tokenizer t)
     throw Error("tokenizer.json has " + std::to_string(tokenizer_.vocab_size()) +
                 " tokens but the model's vocab_size is " + std::to_string(cfg.vocab_size) +
                 ": they do not belong to the same model");
-  if (cfg.multimodal_wrapper)
-    notes_.push_back("multimodal checkpoint: using the text decoder only (vision tower ignored)");
-  for (const auto& p : model_->weights().ignored_prefixes)
-    notes_.push_back("ignoring tensors under '" + p + "'");
+  // Gemma 3's vision tower runs when an image is given (engine/image_prompt.h); the rest of a
+  // multimodal checkpoint (Gemma 4's towers, audio) is not used yet.
+  const bool g3_vision = cfg.multimodal_wrapper && cfg.family == ModelFamily::Gemma3;
+  if (g3_vision)
+    notes_.push_back("multimodal checkpoint: the vision tower runs for images (run --image), else text only");
+  else if (cfg.multimodal_wrapper)
+    notes_.push_back("multimodal checkpoint: using the text decoder only (vision/audio towers ignored)");
+  for (const auto& p : model_->weights().ignored_prefixes) {
+    const bool vision = p.find("vision_tower.") != std::string::npos || p.find("multi_modal_projector.") != std::string::npos;
+    if (!(g3_vision && vision)) notes_.push_back("ignoring tensors under '" + p + "'");
+  }
 }
 
 std::unique_ptr<LoadedModel> LoadedModel::load_dir(const std::string& dir) {

@@ -32,6 +32,10 @@ class CpuExecutor final : public StepExecutor {
                std::vector<float>& logits) const override {
     m_.forward(tokens, T, kv, scratch_of(ws), mode, logits);
   }
+  void prefill_media(const int32_t* tokens, int T, const std::vector<EmbedSpan>& media, KVCache& kv,
+                     StepWorkspace& ws, LogitsMode mode, std::vector<float>& logits) const override {
+    m_.forward(tokens, T, kv, scratch_of(ws), mode, logits, &media);
+  }
   void decode(const int32_t* tokens, int B, KVCache* const* kvs, StepWorkspace& ws,
               std::vector<float>& logits) const override {
     m_.forward_batch(tokens, B, kvs, scratch_of(ws), logits);

@@ -84,4 +84,11 @@ std::unique_ptr<StepExecutor> make_executor(const Model& model, DeviceRequest re
   return make_cpu_executor(model);
 }
 
+void StepExecutor::prefill_media(const int32_t* tokens, int T, const std::vector<EmbedSpan>& media, KVCache& kv,
+                                 StepWorkspace& ws, LogitsMode mode, std::vector<float>& logits) const {
+  if (!media.empty())
+    throw Error(std::string("images are not supported on the ") + device_name(device()) + " device yet (use --device cpu)");
+  prefill(tokens, T, kv, ws, mode, logits);
+}
+
 }  // namespace eg

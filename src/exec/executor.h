@@ -80,6 +80,11 @@ class StepExecutor {
   virtual void prefill(const int32_t* tokens, int T, KVCache& kv, StepWorkspace& ws, LogitsMode mode,
                        std::vector<float>& logits) const = 0;
 
+  /// prefill() with embedding overrides (images' soft tokens, Model::forward's EmbedSpan). The
+  /// default runs prefill() when `media` is empty and otherwise throws eg::Error ("images are not
+  /// supported on the <device> device yet"); the CPU executor runs Model::forward with them.
+  virtual void prefill_media(const int32_t* tokens, int T, const std::vector<EmbedSpan>& media, KVCache& kv,
+                             StepWorkspace& ws, LogitsMode mode, std::vector<float>& logits) const;
   /// One decode step for B sequences: row b appends tokens[b] to kvs[b] (distinct caches).
   /// logits: [B, V] f32 (resized); row b equals prefill(&tokens[b], 1, *kvs[b], ..., Last) alone.
   /// Throws eg::Error before changing any cache (Model::forward_batch's conditions).

@@ -37,14 +37,17 @@ const float* row_f32(const KVLayerView& kv, const uint8_t* page, size_t data_off
 }
 
 // Throws unless the view fits the params and holds every position the queries pos[0..T) can see.
-void check_view(const int32_t* pos, int64_t T, const KVLayerView& kv, const ops::AttentionParams& p) {
+void check_view(const int32_t* pos, int64_t T, const KVLayerView& kv, const ops::AttentionParams& p,
+                const int32_t* key_end = nullptr) {
   const int64_t H = p.n_heads, KVH = p.n_kv_heads, D = p.head_dim, P = kv.page_tokens;
   if (KVH != kv.n_kv_heads || D != kv.head_dim || KVH <= 0 || H % KVH != 0)
     throw Error("paged attention: shape mismatch (" + std::to_string(H) + " heads, " + std::to_string(KVH) +
                 " kv heads x " + std::to_string(D) + " vs cache " + std::to_string(kv.n_kv_heads) + " x " +
                 std::to_string(kv.head_dim) + ")");
   const int64_t lo = p.window > 0 ? std::max<int64_t>(0, pos[0] - p.window + 1) : 0;
-  const int64_t hi = pos[T - 1];
+  int64_t hi = pos[T - 1];
+  if (key_end)
+    for (int64_t t = 0; t < T; ++t) hi = std::max<int64_t>(hi, key_end[t]);
   for (int64_t j = lo / P; j <= hi / P; ++j)
     if (j >= kv.n_pages || !kv.pages[j])
       throw Error("paged attention: KV positions " + std::to_string(j * P) + ".." + std::to_string(j * P + P - 1) +
@@ -53,14 +56,14 @@ void check_view(const int32_t* pos, int64_t T, const KVLayerView& kv, const ops:
 
 // One (query, head) pair: out_h [D] = softmax(q_h · K) · V over the keys position qp can see,
 // serially in key order. Scratch: thread-local (the pair may run on any pool thread).
-void attend_one(const float* qh, int64_t qp, int64_t h, const KVLayerView& kv, const ops::AttentionParams& p,
-                float* oh) {
+void attend_one(const float* qh, int64_t qp, int64_t last, int64_t h, const KVLayerView& kv,
+                const ops::AttentionParams& p, float* oh) {
   const int64_t KVH = p.n_kv_heads, D = p.head_dim, P = kv.page_tokens;
   thread_local std::vector<float> scores, buf;
-  if (scores.size() < static_cast<size_t>(qp + 1)) scores.resize(static_cast<size_t>(qp + 1));
+  if (scores.size() < static_cast<size_t>(last + 1)) scores.resize(static_cast<size_t>(last + 1));
   if (buf.size() < static_cast<size_t>(D)) buf.resize(static_cast<size_t>(D));
   const int64_t first = p.window > 0 ? std::max<int64_t>(0, qp - p.window + 1) : 0;
-  const int64_t n = qp - first + 1;
+  const int64_t n = last - first + 1;  // keys first .. last (last = qp when causal)
   const int64_t kvh = h / (p.n_heads / KVH);
   for (int64_t j = 0; j < n; ++j) {
     const int64_t kp = first + j;
@@ -92,14 +95,15 @@ void attend_one(const float* qh, int64_t qp, int64_t h, const KVLayerView& kv, c
 }  // namespace
 
 void paged_attention(const float* q, int64_t T, const int32_t* pos, const KVLayerView& kv,
-                     const ops::AttentionParams& p, float* out) {
+                     const ops::AttentionParams& p, float* out, const int32_t* key_end) {
   if (T <= 0) return;
-  check_view(pos, T, kv, p);
+  check_view(pos, T, kv, p, key_end);
   const int64_t H = p.n_heads, D = p.head_dim;
   // One dispatch over (query, head) pairs.
   cpu::parallel_for(T * H, [&](int64_t th, int) {
     const int64_t t = th / H, h = th % H;
-    attend_one(q + (t * H + h) * D, pos[t], h, kv, p, out + (t * H + h) * D);
+    attend_one(q + (t * H + h) * D, pos[t], key_end ? std::max(key_end[t], pos[t]) : pos[t], h, kv, p,
+               out + (t * H + h) * D);
   });
 }
 
@@ -110,7 +114,7 @@ void paged_attention_rows(const float* q, int64_t B, const int32_t* pos, const K
   const int64_t H = p.n_heads, D = p.head_dim;
   cpu::parallel_for(B * H, [&](int64_t bh, int) {
     const int64_t b = bh / H, h = bh % H;
-    attend_one(q + (b * H + h) * D, pos[b], h, views[b], p, out + (b * H + h) * D);
+    attend_one(q + (b * H + h) * D, pos[b], pos[b], h, views[b], p, out + (b * H + h) * D);
   });
 }
 

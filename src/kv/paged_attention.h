@@ -20,8 +20,11 @@ namespace eg::kv {
 /// kv: the layer's pages, which must hold every position a query can see (0 .. pos[T-1], or the
 /// window); out: [T, n_heads, head_dim] f32. p.n_kv_heads / p.head_dim must equal the view's.
 /// Throws eg::Error if a needed page is missing (recycled) or the shapes disagree.
+/// key_end (optional, [T]): query t sees keys up to key_end[t] >= pos[t] instead of pos[t] (a
+/// bidirectional image block; the sliding window still bounds keys from below); those keys must
+/// be in the cache already.
 void paged_attention(const float* q, int64_t T, const int32_t* pos, const KVLayerView& kv,
-                     const ops::AttentionParams& p, float* out);
+                     const ops::AttentionParams& p, float* out, const int32_t* key_end = nullptr);
 
 /// B single queries, row b against its own cache layer views[b] (batched decode of B sequences):
 /// q / out [B, n_heads, head_dim], pos[b] the position of row b. Row b equals

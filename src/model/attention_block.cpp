@@ -1,4 +1,5 @@
 // Attention sub-block of a Gemma decoder layer (gemma-architectures.md §1.2 step 2, §2.2, §3.3.2).
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -63,9 +64,18 @@ void attention(const Step& st, int layer, const LayerWeights& w, const float* in
   const LayerConfig& lc = st.cfg.layers[layer];
   ForwardScratch& s = st.s;
   project_qkv(st, layer, w, inv_freq, h);
-  if (lc.kv_source < 0) kv.write(layer, st.pos[0], st.T, s.k.data(), s.v.data());  // to the KV type
+  if (lc.kv_source < 0) {  // to the KV type, one page at a time
+    const int P = kv.options().page_tokens;
+    const size_t row = static_cast<size_t>(lc.n_kv_heads) * lc.head_dim;
+    for (int t0 = 0; t0 < st.T;) {
+      const int n = std::min(st.T - t0, P - st.pos[t0] % P);
+      kv.write(layer, st.pos[t0], n, s.k.data() + t0 * row, s.v.data() + t0 * row);
+      t0 += n;
+    }
+  }
   // kv.view(layer) reads the source layer's pages for a KV-shared layer.
-  kv::paged_attention(s.q.data(), st.T, st.pos, kv.view(layer), attention_params(st.cfg, lc), s.attn.data());
+  kv::paged_attention(s.q.data(), st.T, st.pos, kv.view(layer), attention_params(st.cfg, lc), s.attn.data(),
+                      st.key_end);
   ops::matmul(s.attn.data(), st.T, w.o, out);
 }
 

@@ -28,6 +28,10 @@ struct Step {
   int T;
   const int32_t* pos;
   ForwardScratch& s;
+  /// Per row, the last key position it may see (>= pos; a bidirectional image block reaches
+  /// forward); nullptr: causal (pos itself). attention() then writes K/V page by page, so the T
+  /// rows may span several KV pages prepared by begin_append.
+  const int32_t* key_end = nullptr;
 };
 
 /// Attention sub-block: reads the normed input h [T, H], writes o_proj output out [T, H].

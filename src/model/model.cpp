@@ -58,7 +58,7 @@ void Model::embed(const int32_t* tokens, int n, ForwardScratch& s) const {
 }
 
 void Model::forward(const int32_t* tokens, int T, KVCache& kv, ForwardScratch& s, LogitsMode mode,
-                    std::vector<float>& logits) const {
+                    std::vector<float>& logits, const std::vector<EmbedSpan>* media) const {
   if (T <= 0) throw Error("forward: no tokens");
   if (kv.n_layers() != cfg_.n_layers)
     throw Error("KV cache has " + std::to_string(kv.n_layers()) + " layers, the model " + std::to_string(cfg_.n_layers));
@@ -71,28 +71,86 @@ void Model::forward(const int32_t* tokens, int T, KVCache& kv, ForwardScratch& s
     if (tokens[t] < 0 || tokens[t] >= V || (cfg_.ple_dim > 0 && tokens[t] >= cfg_.ple_vocab))
       throw Error("token id " + std::to_string(tokens[t]) + " outside the vocabulary (size " +
                   std::to_string(V) + ")");
+  const std::vector<EmbedSpan> no_media;
+  const std::vector<EmbedSpan>& spans = media ? *media : no_media;
+  for (size_t i = 0, end = 0; i < spans.size(); ++i) {
+    const EmbedSpan& m = spans[i];
+    if (m.n <= 0 || m.begin < static_cast<int>(end) || m.begin + m.n > T || !m.rows)
+      throw Error("forward: embedding span " + std::to_string(i) + " (rows " + std::to_string(m.begin) + ".." +
+                  std::to_string(m.begin + m.n - 1) + ") is outside the call's " + std::to_string(T) +
+                  " tokens or overlaps the previous one");
+    end = static_cast<size_t>(m.begin + m.n);
+  }
 
   std::vector<int32_t> pos(T);
   for (int t = 0; t < T; ++t) pos[t] = n_past + t;
-  const blocks::Step all{cfg_, T, pos.data(), s};
-
-  embed(tokens, T, s);
-  const int64_t LP = static_cast<int64_t>(cfg_.n_layers) * cfg_.ple_dim;
-  if (cfg_.ple_dim > 0) {
-    grow(s.ple, static_cast<size_t>(T) * LP);
-    blocks::ple_inputs(all, w_, tokens, s.x.data(), s.ple.data());
-  }
+  // Bidirectional spans: their rows see keys up to the span's last position.
+  std::vector<int32_t> key_end;
+  for (const EmbedSpan& m : spans)
+    if (m.bidirectional) {
+      if (key_end.empty()) key_end = pos;
+      for (int t = m.begin; t < m.begin + m.n; ++t) key_end[t] = pos[m.begin + m.n - 1];
+    }
 
   // The decoder stack runs once per page-aligned run of positions (KV cache pages: kv_cache.h),
   // so a sliding-window layer recycles its old pages at the same positions however the caller
-  // batched the tokens. Every op is row-independent, so the split does not change any value.
-  const float eps = cfg_.rms_norm_eps, off = cfg_.norm_offset;
+  // batched the tokens. Every op is row-independent, so the split does not change any value. A
+  // bidirectional span that crosses a page boundary joins the runs it touches into one group:
+  // all their pages are prepared first, then the group runs as one pass.
   const int page = kv.options().page_tokens;
+  struct Group { int c0, T; std::vector<std::pair<int, int>> chunks; };  // chunks: (offset, rows)
+  std::vector<Group> groups;
   for (int c0 = 0; c0 < T;) {
-    const int p0 = n_past + c0;
-    const int Tc = std::min(T - c0, page - p0 % page);
-    kv.begin_append(p0, Tc);
-    const blocks::Step st{cfg_, Tc, pos.data() + c0, s};
+    const int Tc = std::min(T - c0, page - (n_past + c0) % page);
+    const bool joins = !groups.empty() && [&] {
+      const int boundary = c0;  // does a bidirectional span cross it?
+      for (const EmbedSpan& m : spans)
+        if (m.bidirectional && m.begin < boundary && m.begin + m.n > boundary) return true;
+      return false;
+    }();
+    if (!joins) groups.push_back(Group{c0, 0, {}});
+    groups.back().chunks.push_back({c0, Tc});
+    groups.back().T += Tc;
+    c0 += Tc;
+  }
+  // A group's later pages must not recycle sliding-window keys its first rows still need.
+  const int margin = kv.options().rollback_margin_tokens < 0 ? page : kv.options().rollback_margin_tokens;
+  for (const Group& g : groups) {
+    if (g.chunks.size() < 2 || cfg_.sliding_window <= 0) continue;
+    const int W = cfg_.sliding_window;
+    const int a_last = n_past + g.chunks.back().first;
+    const int keep_from = a_last - W + 1 - margin;
+    const int kept = keep_from > 0 ? keep_from / page * page : 0;
+    if (kept > std::max(0, n_past + g.c0 - W + 1))
+      throw Error("an image's soft tokens span more KV-cache pages than the sliding window's rollback margin (" +
+                  std::to_string(margin) + " tokens) keeps: use a larger KV page size or margin");
+  }
+
+  embed(tokens, T, s);
+  for (const EmbedSpan& m : spans)
+    std::memcpy(s.x.data() + static_cast<size_t>(m.begin) * H, m.rows, static_cast<size_t>(m.n) * H * sizeof(float));
+  const blocks::Step all{cfg_, T, pos.data(), s};
+  const int64_t LP = static_cast<int64_t>(cfg_.n_layers) * cfg_.ple_dim;
+  if (cfg_.ple_dim > 0) {
+    grow(s.ple, static_cast<size_t>(T) * LP);
+    std::vector<int32_t> ple_tokens;
+    const int32_t* pt = tokens;
+    if (!spans.empty()) {  // media positions use the pad row (0) of the per-layer table
+      ple_tokens.assign(tokens, tokens + T);
+      for (const EmbedSpan& m : spans) std::fill(ple_tokens.begin() + m.begin, ple_tokens.begin() + m.begin + m.n, 0);
+      pt = ple_tokens.data();
+    }
+    blocks::ple_inputs(all, w_, pt, s.x.data(), s.ple.data());
+  }
+
+  const float eps = cfg_.rms_norm_eps, off = cfg_.norm_offset;
+  for (const Group& g : groups) {
+    for (size_t i = 0; i < g.chunks.size(); ++i) {
+      kv.begin_append(n_past + g.chunks[i].first, g.chunks[i].second);
+      if (i + 1 < g.chunks.size()) kv.commit(n_past + g.chunks[i].first + g.chunks[i].second);
+    }
+    const int c0 = g.c0, Tc = g.T, p0 = n_past + c0;
+    const blocks::Step st{cfg_, Tc, pos.data() + c0, s, key_end.empty() ? nullptr : key_end.data() + c0};
     float* x = s.x.data() + static_cast<size_t>(c0) * H;
     const float* ple = cfg_.ple_dim > 0 ? s.ple.data() + static_cast<size_t>(c0) * LP : nullptr;
     for (int li = 0; li < cfg_.n_layers; ++li) {
@@ -108,7 +166,6 @@ void Model::forward(const int32_t* tokens, int T, KVCache& kv, ForwardScratch& s
         for (int64_t i = 0; i < Tc * H; ++i) x[i] *= lw.layer_scalar;
     }
     kv.commit(p0 + Tc);
-    c0 += Tc;
   }
 
   if (mode == LogitsMode::None) return;

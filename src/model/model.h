@@ -31,6 +31,20 @@ float embedding_scale(int hidden_size, DType compute);
 /// Which positions get logits.
 enum class LogitsMode { Last, All, None };
 
+/// Rows that replace the token embeddings in one forward call: the soft tokens of an image
+/// (gemma-multimodal.md §0.3). The tokens at those positions are the placeholder ids; their
+/// embeddings are computed and then overwritten by `rows`, which are used as given (not scaled by
+/// √H). Gemma 4 PLE: the per-layer token part uses row 0 (pad) at these positions (§0.3 item 5).
+/// With `bidirectional` (Gemma 3 images) the n rows also see each other's later positions during
+/// this prefill (`causal OR same block`, then the sliding window), as transformers'
+/// token_type_ids mask; otherwise they stay causal.
+struct EmbedSpan {
+  int begin = 0;                // first row, relative to this call's tokens
+  int n = 0;                    // rows
+  const float* rows = nullptr;  // [n, H] f32
+  bool bidirectional = false;
+};
+
 class Model {
  public:
   /// Loads config.json (+ generation_config.json) and the safetensors of `dir`, validates every
@@ -55,8 +69,12 @@ class Model {
   /// products), appends their K/V to `kv` and advances it. Writes logits [V] for the last token
   /// (Last), [T, V] for every token (All) or nothing (None) into `logits` (resized).
   /// Throws eg::Error if the cache has no room for T more tokens or an id is outside the vocab.
+  /// `media`: optional embedding overrides (EmbedSpan), inside [0, T), non-overlapping, in order;
+  /// a bidirectional span is processed in one pass even when it crosses KV pages. Throws eg::Error,
+  /// before changing the cache, for a span outside the call, or when a bidirectional span would
+  /// need sliding-window pages the cache's rollback margin does not keep (KVCacheOptions).
   void forward(const int32_t* tokens, int T, KVCache& kv, ForwardScratch& s, LogitsMode mode,
-               std::vector<float>& logits) const;
+               std::vector<float>& logits, const std::vector<EmbedSpan>* media = nullptr) const;
 
   /// One decode step for B independent sequences (src/model/forward_batch.cpp): sequence b
   /// appends token tokens[b] at position kvs[b]->n_past() to its own cache kvs[b] and advances it

@@ -1,0 +1,60 @@
+// The Hugging Face image processors of Gemma 3 and Gemma 4 (transformers 5.17, torchvision
+// backend, the default): decoded RGB → the tower's pixel input. gemma-multimodal.md §1.2, §2.2;
+// transformers image_processing_gemma3.py / image_processing_gemma4.py (read, not copied).
+// Checked bit-exact against the fixtures' resized images (tests/vision_preprocess_test.cpp).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "vision/image.h"
+#include "vision/resize.h"
+
+namespace eg::vision {
+
+/// processor_config.json's "image_processor" block (or preprocessor_config.json), with the
+/// processor defaults for what it leaves out.
+struct ImageProcessorConfig {
+  bool gemma4 = false;  // Gemma4ImageProcessor (variable resolution) vs Gemma3ImageProcessor
+  ResizeFilter filter = ResizeFilter::Bilinear;  // resample 2 = bilinear, 3 = bicubic
+  bool do_rescale = true;
+  double rescale_factor = 1.0 / 255.0;
+  bool do_normalize = true;
+  float mean[3] = {0.5f, 0.5f, 0.5f}, std[3] = {0.5f, 0.5f, 0.5f};
+  // Gemma 3: fixed output size (size.height × size.width).
+  int height = 896, width = 896;
+  // Gemma 4: patches, pooling, soft-token budget.
+  int patch_size = 16, pooling_kernel = 3, max_soft_tokens = 280;
+  /// Gemma 3 soft tokens per image ("image_seq_length"); Gemma 4: decided per image.
+  int image_seq_length = 256;
+};
+
+/// Reads <dir>/processor_config.json ({"image_processor": {...}, "image_seq_length": N}) or
+/// <dir>/preprocessor_config.json (flat). Neither present: the released defaults of the family.
+/// Throws eg::Error on a malformed file or an unsupported value (resample other than 2/3, Gemma 4
+/// max_soft_tokens not in {70, 140, 280, 560, 1120}).
+ImageProcessorConfig load_image_processor_config(const std::string& dir, bool gemma4);
+
+/// Gemma 3: resize to height × width (aspect ratio not kept), then
+/// p = (float(u8) − mean/rescale) / (std/rescale) (the fused float32 form the torchvision backend
+/// uses; without normalisation p = float(u8)·float(rescale)). Returns pixel_values [3, H, W]
+/// (channel-first). Pan-and-scan is not implemented (off by default in the processor).
+std::vector<float> gemma3_pixel_values(const RgbImage& img, const ImageProcessorConfig& cfg);
+
+/// Gemma 4 target size (§2.2 step 2): aspect-preserving within max_soft_tokens·k² patches, sides
+/// multiples of k·patch. Throws eg::Error when it would be 0 × 0 (HF raises too).
+void gemma4_target_size(int height, int width, const ImageProcessorConfig& cfg, int& out_h, int& out_w);
+
+/// Gemma 4 processor output for one image, without the padding rows (the tower ignores them).
+struct Gemma4Patches {
+  int resized_h = 0, resized_w = 0;
+  int grid_h = 0, grid_w = 0;     // patches per column / row
+  int num_soft_tokens = 0;        // (grid_h / k) · (grid_w / k)
+  std::vector<float> pixels;      // [grid_h·grid_w, patch²·3], (y, x, channel) with channel fastest
+  std::vector<int32_t> positions; // [grid_h·grid_w, 2]: (x = column, y = row)
+};
+/// Resize (bicubic, antialiased), rescale float32(u8)·float32(rescale) (no normalisation in the
+/// released config), patchify in row-major patch order.
+Gemma4Patches gemma4_patches(const RgbImage& img, const ImageProcessorConfig& cfg);
+
+}  // namespace eg::vision

@@ -1,0 +1,60 @@
+// `edgegemma run --image` end to end on tiny-gemma3-vision against transformers' ids, and its
+// errors (no vision tower, not an image, marker count).
+#include <gtest/gtest.h>
+
+#include "vision_test_util.h"
+
+namespace {
+
+nlohmann::json ref_case(const std::string& id) {
+  const nlohmann::json ref = egtest::read_json(egtest::g3v_dir() + "/reference.json");
+  for (const auto& c : ref["cases"])
+    if (c["id"] == id) return c;
+  throw std::runtime_error("no case " + id);
+}
+
+}  // namespace
+
+TEST(VisionCli, RunImageChatAndPlainMatchTransformers) {
+  const std::string M = egtest::g3v_dir();
+  const std::string cli = egtest::cli_path();
+  // --chat: the images come before the text, in the order given.
+  auto r = egtest::run_cmd({cli, "run", "-m", M, "--chat", "--image", M + "/inputs/img_shapes_640x480.jpg", "--image",
+                            M + "/inputs/img_gradient_224x224.png", "-p", "What is different between these?", "-n", "24",
+                            "--ignore-eos", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  auto c = ref_case("chat.two_images");
+  EXPECT_EQ(j["prompt_ids"], c["input_ids"]);
+  EXPECT_EQ(j["generated_ids"], c["greedy_new_ids"]);
+  EXPECT_EQ(j["stats"]["images"], 2);
+  EXPECT_EQ(j["stats"]["soft_tokens_per_image"], 16);
+  // Without --chat and without a marker: the image goes before the text; with the marker: there.
+  for (const std::string& p : {std::string("This picture shows"), std::string("<start_of_image>This picture shows")}) {
+    r = egtest::run_cmd({cli, "run", "-m", M, "--image", M + "/inputs/img_rgba_256x192.png", "-p", p, "-n", "24",
+                         "--ignore-eos", "--json"});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    j = nlohmann::json::parse(r.out);
+    c = ref_case("plain.img_rgba_256x192");
+    EXPECT_EQ(j["prompt_ids"], c["input_ids"]) << p;
+    EXPECT_EQ(j["generated_ids"], c["greedy_new_ids"]) << p;
+  }
+}
+
+TEST(VisionCli, Errors) {
+  const std::string M = egtest::g3v_dir();
+  const std::string cli = egtest::cli_path();
+  const std::string img = M + "/inputs/img_gray_320x240.png";
+  auto r = egtest::run_cmd({cli, "run", "-m", egtest::shared_dir() + "/models/tiny-gemma3", "--image", img, "-p", "hi"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("this model has no vision tower"), std::string::npos) << r.err;
+  r = egtest::run_cmd({cli, "run", "-m", M, "--image", M + "/config.json", "-p", "hi"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("not an image"), std::string::npos) << r.err;
+  r = egtest::run_cmd({cli, "run", "-m", M, "--image", img, "-p", "<start_of_image>a<start_of_image>"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("2 image marker(s)"), std::string::npos) << r.err;
+  r = egtest::run_cmd({cli, "run", "-m", M, "--image", M + "/missing.png", "-p", "hi"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("missing.png"), std::string::npos) << r.err;
+}
