@@ -255,6 +255,26 @@ TEST(QuantKernels, AllSimdTargetsBitIdentical) {
   }
 }
 
+// The vector activation quantizer equals its scalar definition bit for bit: random blocks of
+// several magnitudes, an all-zero block, and exact ties (x·(1/d) = k + 0.5, rounded to even).
+TEST(QuantKernels, ActivationQuantizerEqualsScalarDefinition) {
+  const int64_t K = 32 * 12;
+  std::vector<float> x = randn(K, 99);
+  for (int64_t b = 0; b < K / 32; ++b)
+    for (int i = 0; i < 32; ++i) x[b * 32 + i] *= std::pow(10.0f, static_cast<float>(b % 5) - 2.0f);
+  for (int i = 0; i < 32; ++i) x[32 * 3 + i] = 0.0f;                       // zero block: d = 0
+  const float ties[] = {127.0f, 2.5f, 3.5f, -2.5f, -3.5f, 0.5f, -0.5f, 126.5f, -126.5f};
+  for (int i = 0; i < 32; ++i) x[32 * 4 + i] = ties[i % 9];                 // d = 1 exactly
+  std::vector<eg::cpu::ActQ8> got(K / 32), ref(K / 32);
+  eg::cpu::quantize_act_row(DType::Q8_0, x.data(), K, got.data());
+  eg::cpu::quantize_act_row_reference(x.data(), K, ref.data());
+  ASSERT_EQ(std::memcmp(got.data(), ref.data(), got.size() * sizeof(eg::cpu::ActQ8)), 0);
+  EXPECT_EQ(ref[4].qs[1], 2);   // 2.5 -> 2 (ties to even)
+  EXPECT_EQ(ref[4].qs[2], 4);   // 3.5 -> 4
+  EXPECT_EQ(ref[3].d, 0.0f);
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(ref[3].qs[i], 0);
+}
+
 TEST(QuantKernels, BadShapesThrow) {
   std::vector<uint8_t> w(1 << 12);
   std::vector<float> x(64), y(4);

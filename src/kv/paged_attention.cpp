@@ -54,56 +54,116 @@ void check_view(const int32_t* pos, int64_t T, const KVLayerView& kv, const ops:
                   " are not in the cache (recycled or never written)");
 }
 
-// One (query, head) pair: out_h [D] = softmax(q_h · K) · V over the keys position qp can see,
-// serially in key order. Scratch: thread-local (the pair may run on any pool thread).
-void attend_one(const float* qh, int64_t qp, int64_t last, int64_t h, const KVLayerView& kv,
-                const ops::AttentionParams& p, float* oh) {
+// One query row of a group: its vector, output, and the keys first .. last it sees.
+struct QueryRef {
+  const float* q;
+  float* out;
+  int64_t first, last;
+};
+
+// Queries that share one kv head (the GQA group's heads of up to kTileQ positions): every K and
+// V row is converted from the page's type once and used by all of them. Per query the arithmetic
+// is exactly the serial one — scores in key order (dot of f32 rows: a converted F16/BF16 row
+// gives the same products as converting in registers), ops::softmax, then out += p·v in key
+// order — so a query's result does not depend on which others share its group.
+void attend_group(const QueryRef* qs, int nq, int64_t kvh, const KVLayerView& kv, const ops::AttentionParams& p) {
   const int64_t KVH = p.n_kv_heads, D = p.head_dim, P = kv.page_tokens;
-  thread_local std::vector<float> scores, buf;
-  if (scores.size() < static_cast<size_t>(last + 1)) scores.resize(static_cast<size_t>(last + 1));
-  if (buf.size() < static_cast<size_t>(D)) buf.resize(static_cast<size_t>(D));
-  const int64_t first = p.window > 0 ? std::max<int64_t>(0, qp - p.window + 1) : 0;
-  const int64_t n = last - first + 1;  // keys first .. last (last = qp when causal)
-  const int64_t kvh = h / (p.n_heads / KVH);
-  for (int64_t j = 0; j < n; ++j) {
-    const int64_t kp = first + j;
-    const uint8_t* page = kv.pages[kp / P];
-    const size_t row = static_cast<size_t>((kp % P) * KVH + kvh);
-    float sc;
-    if (kv.type == KVType::F16 || kv.type == KVType::BF16) {  // the dot converts in registers
-      const uint8_t* kr = page + kv.k_off + row * D * 2;
-      sc = cpu::dot(qh, kr, kv.type == KVType::F16 ? DType::F16 : DType::BF16, static_cast<size_t>(D)) * p.scale;
-    } else {
-      const float* kr = row_f32(kv, page, kv.k_off, kv.ks_off, row, buf.data());
-      sc = cpu::dot(qh, kr, DType::F32, static_cast<size_t>(D)) * p.scale;
-    }
-    if (p.softcap > 0.0f) sc = p.softcap * std::tanh(sc / p.softcap);
-    scores[j] = sc;
+  int64_t lo = qs[0].first, hi = qs[0].last;
+  for (int i = 1; i < nq; ++i) {
+    lo = std::min(lo, qs[i].first);
+    hi = std::max(hi, qs[i].last);
   }
-  ops::softmax(scores.data(), n);
-  std::fill(oh, oh + D, 0.0f);
-  for (int64_t j = 0; j < n; ++j) {
-    const int64_t kp = first + j;
+  const int64_t span = hi - lo + 1;
+  thread_local std::vector<float> scores, kbuf, vbuf;
+  if (scores.size() < static_cast<size_t>(nq * span)) scores.resize(static_cast<size_t>(nq * span));
+  if (kbuf.size() < static_cast<size_t>(D)) kbuf.resize(static_cast<size_t>(D));
+  if (vbuf.size() < static_cast<size_t>(D)) vbuf.resize(static_cast<size_t>(D));
+  const DType kt = kv.type == KVType::F16 ? DType::F16 : DType::BF16;
+  for (int64_t kp = lo; kp <= hi; ++kp) {
     const uint8_t* page = kv.pages[kp / P];
     const size_t row = static_cast<size_t>((kp % P) * KVH + kvh);
-    const float* vr = row_f32(kv, page, kv.v_off, kv.vs_off, row, buf.data());
-    const float pj = scores[j];
-    for (int64_t d = 0; d < D; ++d) oh[d] += pj * vr[d];
+    const float* kr;
+    if (kv.type == KVType::F16 || kv.type == KVType::BF16) {
+      cpu::to_f32(page + kv.k_off + row * D * 2, kt, static_cast<size_t>(D), kbuf.data());
+      kr = kbuf.data();
+    } else {
+      kr = row_f32(kv, page, kv.k_off, kv.ks_off, row, kbuf.data());
+    }
+    // Visible queries in fours share the row's loads (dot4 is bit-identical to dot).
+    int idx[4], m = 0;
+    auto flush = [&]() {
+      if (m == 4) {
+        const float* xs[4] = {qs[idx[0]].q, qs[idx[1]].q, qs[idx[2]].q, qs[idx[3]].q};
+        float o[4];
+        cpu::dot4(xs, kr, DType::F32, static_cast<size_t>(D), o);
+        for (int j = 0; j < 4; ++j) scores[idx[j] * span + (kp - lo)] = o[j] * p.scale;
+      } else {
+        for (int j = 0; j < m; ++j)
+          scores[idx[j] * span + (kp - lo)] = cpu::dot(qs[idx[j]].q, kr, DType::F32, static_cast<size_t>(D)) * p.scale;
+      }
+      m = 0;
+    };
+    for (int i = 0; i < nq; ++i) {
+      if (kp < qs[i].first || kp > qs[i].last) continue;
+      idx[m++] = i;
+      if (m == 4) flush();
+    }
+    if (m > 0) flush();
+  }
+  for (int i = 0; i < nq; ++i) {
+    float* sc = scores.data() + i * span + (qs[i].first - lo);
+    const int64_t n = qs[i].last - qs[i].first + 1;
+    if (p.softcap > 0.0f)
+      for (int64_t j = 0; j < n; ++j) sc[j] = p.softcap * std::tanh(sc[j] / p.softcap);
+    ops::softmax(sc, n);
+    std::fill(qs[i].out, qs[i].out + D, 0.0f);
+  }
+  for (int64_t kp = lo; kp <= hi; ++kp) {
+    const uint8_t* page = kv.pages[kp / P];
+    const size_t row = static_cast<size_t>((kp % P) * KVH + kvh);
+    const float* vr = row_f32(kv, page, kv.v_off, kv.vs_off, row, vbuf.data());
+    for (int i = 0; i < nq; ++i) {
+      if (kp < qs[i].first || kp > qs[i].last) continue;
+      const float pj = scores[i * span + (kp - lo)];
+      float* oh = qs[i].out;
+      for (int64_t d = 0; d < D; ++d) oh[d] += pj * vr[d];
+    }
   }
 }
 
+constexpr int64_t kTileQ = 8;  // query positions per task (times the heads of one kv head)
+
 }  // namespace
+
+// Heads of one kv head per task: all G when there are enough tasks, else fewer (a task per head
+// at most), so that small dispatches (one decode row, one kv head) still use every thread.
+int64_t heads_per_task(int64_t G, int64_t groups) {
+  const int64_t want = 2 * cpu::num_threads();
+  if (groups >= want) return G;
+  const int64_t split = std::min<int64_t>(G, (want + groups - 1) / groups);
+  return (G + split - 1) / split;
+}
 
 void paged_attention(const float* q, int64_t T, const int32_t* pos, const KVLayerView& kv,
                      const ops::AttentionParams& p, float* out, const int32_t* key_end) {
   if (T <= 0) return;
   check_view(pos, T, kv, p, key_end);
-  const int64_t H = p.n_heads, D = p.head_dim;
-  // One dispatch over (query, head) pairs.
-  cpu::parallel_for(T * H, [&](int64_t th, int) {
-    const int64_t t = th / H, h = th % H;
-    attend_one(q + (t * H + h) * D, pos[t], key_end ? std::max(key_end[t], pos[t]) : pos[t], h, kv, p,
-               out + (t * H + h) * D);
+  const int64_t H = p.n_heads, D = p.head_dim, KVH = p.n_kv_heads, G = H / KVH;
+  const int64_t tiles = (T + kTileQ - 1) / kTileQ;
+  const int64_t hpt = heads_per_task(G, KVH * tiles), hsplit = (G + hpt - 1) / hpt;
+  // One dispatch over (kv head, tile of query positions, slice of the kv head's query heads).
+  cpu::parallel_for(KVH * tiles * hsplit, [&](int64_t task, int) {
+    const int64_t hs = task % hsplit, tile = (task / hsplit) % tiles, kvh = task / (hsplit * tiles);
+    const int64_t t0 = tile * kTileQ, t1 = std::min(T, t0 + kTileQ);
+    const int64_t h0 = kvh * G + hs * hpt, h1 = std::min((kvh + 1) * G, h0 + hpt);
+    std::vector<QueryRef> refs;
+    refs.reserve(static_cast<size_t>((t1 - t0) * (h1 - h0)));
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t last = key_end ? std::max<int64_t>(key_end[t], pos[t]) : pos[t];
+      const int64_t first = p.window > 0 ? std::max<int64_t>(0, pos[t] - p.window + 1) : 0;
+      for (int64_t h = h0; h < h1; ++h) refs.push_back({q + (t * H + h) * D, out + (t * H + h) * D, first, last});
+    }
+    attend_group(refs.data(), static_cast<int>(refs.size()), kvh, kv, p);
   });
 }
 
@@ -111,10 +171,22 @@ void paged_attention_rows(const float* q, int64_t B, const int32_t* pos, const K
                           const ops::AttentionParams& p, float* out) {
   if (B <= 0) return;
   for (int64_t b = 0; b < B; ++b) check_view(pos + b, 1, views[b], p);
-  const int64_t H = p.n_heads, D = p.head_dim;
-  cpu::parallel_for(B * H, [&](int64_t bh, int) {
-    const int64_t b = bh / H, h = bh % H;
-    attend_one(q + (b * H + h) * D, pos[b], pos[b], h, views[b], p, out + (b * H + h) * D);
+  const int64_t H = p.n_heads, D = p.head_dim, KVH = p.n_kv_heads, G = H / KVH;
+  const int64_t hpt = heads_per_task(G, B * KVH), hsplit = (G + hpt - 1) / hpt;
+  // One dispatch over (row, kv head, slice of its query heads).
+  cpu::parallel_for(B * KVH * hsplit, [&](int64_t task, int) {
+    const int64_t hs = task % hsplit, kvh = (task / hsplit) % KVH, b = task / (hsplit * KVH);
+    const int64_t h0 = kvh * G + hs * hpt, h1 = std::min((kvh + 1) * G, h0 + hpt);
+    const int64_t first = p.window > 0 ? std::max<int64_t>(0, pos[b] - p.window + 1) : 0;
+    QueryRef refs[64];
+    std::vector<QueryRef> big;
+    QueryRef* r = refs;
+    if (h1 - h0 > 64) {
+      big.resize(static_cast<size_t>(h1 - h0));
+      r = big.data();
+    }
+    for (int64_t h = h0; h < h1; ++h) r[h - h0] = {q + (b * H + h) * D, out + (b * H + h) * D, first, pos[b]};
+    attend_group(r, static_cast<int>(h1 - h0), kvh, views[b], p);
   });
 }
 

@@ -6,8 +6,9 @@
 // storage type to f32 on the fly (F16/BF16 exactly; INT8 as q·scale). With F32 storage the result
 // is bit-identical to ops::attention on the same K/V laid out contiguously, whatever the page size.
 // Deterministic: an output row depends neither on T, on the batching of queries, nor on the number
-// of threads (one thread-pool dispatch over (query, head) pairs; each pair is computed serially in
-// key order).
+// of threads (one thread-pool dispatch; a task takes the query heads of one kv head for a tile of
+// positions and converts each K/V row once for all of them, but each (query, head) pair is still
+// computed serially in key order with the same operations).
 #pragma once
 #include <cstdint>
 

@@ -605,6 +605,33 @@ void QGemm(DType t, const void* W, size_t w_row_bytes, int64_t n0, int64_t n1, c
   }
 }
 
+// ActQ8 rows: per block of 32, d = amax/127, q = round-to-nearest-even(x·(1/d)) clamped to ±127,
+// s = Σq: the same IEEE operations as the scalar definition (quant_kernels.h), lane by lane.
+void QuantizeActQ8(const float* HWY_RESTRICT x, int64_t nb, ActQ8* HWY_RESTRICT a) {
+  namespace hn = hwy::HWY_NAMESPACE;
+  const hn::CappedTag<float, 16> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Rebind<int8_t, decltype(d)> d8;
+  const size_t N = hn::Lanes(d);
+  const auto lo = hn::Set(di, -127), hi = hn::Set(di, 127);
+  for (int64_t b = 0; b < nb; ++b, x += 32) {
+    auto m = hn::Zero(d);
+    for (size_t i = 0; i < 32; i += N) m = hn::Max(m, hn::Abs(hn::LoadU(d, x + i)));
+    const float amax = hn::GetLane(hn::MaxOfLanes(d, m));
+    const float dd = amax / 127.0f;
+    const float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+    const auto vid = hn::Set(d, id);
+    auto sum = hn::Zero(di);
+    for (size_t i = 0; i < 32; i += N) {
+      const auto q = hn::Min(hn::Max(hn::NearestInt(hn::Mul(hn::LoadU(d, x + i), vid)), lo), hi);
+      sum = hn::Add(sum, q);
+      hn::StoreU(hn::DemoteTo(d8, q), d8, a[b].qs + i);
+    }
+    a[b].d = dd;
+    a[b].s = hn::GetLane(hn::SumOfLanes(di, sum));
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace eg::cpu
 HWY_AFTER_NAMESPACE();
@@ -613,6 +640,7 @@ HWY_AFTER_NAMESPACE();
 namespace eg::cpu {
 HWY_EXPORT(QDot);
 HWY_EXPORT(QGemm);
+HWY_EXPORT(QuantizeActQ8);
 
 bool qgemm_supports(DType t) { return is_quantized(t) && t != DType::Q8_K; }
 
@@ -630,7 +658,10 @@ void quantize_act_row(DType w, const float* x, int64_t K, void* out) {
     quant::quantize_q8_k(x, K, static_cast<quant::BlockQ8_K*>(out));
     return;
   }
-  auto* a = static_cast<ActQ8*>(out);
+  HWY_DYNAMIC_DISPATCH(QuantizeActQ8)(x, K / 32, static_cast<ActQ8*>(out));
+}
+
+void quantize_act_row_reference(const float* x, int64_t K, ActQ8* a) {
   for (int64_t b = 0; b < K / 32; ++b, x += 32) {
     float amax = 0.0f;
     for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));

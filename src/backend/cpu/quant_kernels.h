@@ -43,6 +43,9 @@ size_t act_row_bytes(DType w, int64_t K);
 /// (act_row_bytes(w, K) bytes): ActQ8 (d = amax/127, q = round-to-nearest-even(x/d)) or Q8_K.
 void quantize_act_row(DType w, const float* x, int64_t K, void* out);
 
+/// The scalar definition of the ActQ8 rows above (quantize_act_row vectorizes it bit for bit).
+void quantize_act_row_reference(const float* x, int64_t K, ActQ8* out);
+
 /// dot(weight row, activation row): see the arithmetic above. wrow: dtype_row_bytes(w, K) bytes.
 float qdot(DType w, const void* wrow, const void* act, int64_t K);
 
