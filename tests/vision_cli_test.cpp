@@ -28,7 +28,7 @@ TEST(VisionCli, RunImageChatAndPlainMatchTransformers) {
   EXPECT_EQ(j["prompt_ids"], c["input_ids"]);
   EXPECT_EQ(j["generated_ids"], c["greedy_new_ids"]);
   EXPECT_EQ(j["stats"]["images"], 2);
-  EXPECT_EQ(j["stats"]["soft_tokens_per_image"], 16);
+  EXPECT_EQ(j["stats"]["soft_tokens_per_image"], nlohmann::json::array({16, 16}));
   // Without --chat and without a marker: the image goes before the text; with the marker: there.
   for (const std::string& p : {std::string("This picture shows"), std::string("<start_of_image>This picture shows")}) {
     r = egtest::run_cmd({cli, "run", "-m", M, "--image", M + "/inputs/img_rgba_256x192.png", "-p", p, "-n", "24",
@@ -57,4 +57,29 @@ TEST(VisionCli, Errors) {
   r = egtest::run_cmd({cli, "run", "-m", M, "--image", M + "/missing.png", "-p", "hi"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("missing.png"), std::string::npos) << r.err;
+}
+
+// Gemma 4 `run --image`: the plain and chat cases of tiny-gemma4-mm end to end.
+TEST(VisionCli, RunImageGemma4MatchesTransformers) {
+  const std::string M = egtest::g4mm_dir();
+  const nlohmann::json ref = egtest::read_json(M + "/reference.json");
+  auto find = [&](const std::string& id) {
+    for (const auto& c : ref["cases"])
+      if (c["id"] == id) return c;
+    throw std::runtime_error(id);
+  };
+  auto r = egtest::run_cmd({egtest::cli_path(), "run", "-m", M, "--chat", "--image", M + "/inputs/img_shapes_640x480.jpg",
+                            "--image", M + "/inputs/img_gradient_224x224.png", "-p", "What is different between these?",
+                            "-n", "24", "--ignore-eos", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["prompt_ids"], find("chat.two_images")["input_ids"]);
+  EXPECT_EQ(j["generated_ids"], find("chat.two_images")["greedy_new_ids"]);
+  EXPECT_EQ(j["stats"]["soft_tokens_per_image"], nlohmann::json::array({266, 256}));
+  r = egtest::run_cmd({egtest::cli_path(), "run", "-m", M, "--image", M + "/inputs/img_gray_320x240.png", "-p",
+                       "<|image|>This picture shows", "-n", "24", "--ignore-eos", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["prompt_ids"], find("plain.img_gray_320x240")["input_ids"]);
+  EXPECT_EQ(j["generated_ids"], find("plain.img_gray_320x240")["greedy_new_ids"]);
 }
