@@ -59,6 +59,30 @@ TEST(VisionCli, Errors) {
   EXPECT_NE(r.err.find("missing.png"), std::string::npos) << r.err;
 }
 
+// `chat`: "/image FILE" attaches the image to the next message; the answer equals `run --chat
+// --image` (verified against transformers above / in vision_model_test), on both families.
+TEST(VisionCli, ChatImageCommandAnswersAsRun) {
+  const std::string cli = egtest::cli_path();
+  for (const std::string& M : {egtest::g3v_dir(), egtest::g4mm_dir()}) {
+    SCOPED_TRACE(M);
+    const std::string img = M + "/inputs/img_checker_300x800.png";
+    auto run = egtest::run_cmd({cli, "run", "-m", M, "--chat", "--image", img, "-p", "Describe this.", "-n", "12",
+                                "--ignore-eos", "--kv-type", "f32", "--temp", "0"});
+    ASSERT_EQ(run.exit_code, 0) << run.err;
+    auto chat = egtest::run_cmd({cli, "chat", "-m", M, "-n", "12", "--ignore-eos", "--kv-type", "f32", "--temp", "0"},
+                                "/image " + img + "\nDescribe this.\n");
+    ASSERT_EQ(chat.exit_code, 0) << chat.err;
+    EXPECT_NE(chat.out.find("(image 1 attached to your next message"), std::string::npos) << chat.out;
+    EXPECT_NE(chat.out.find(run.out), std::string::npos) << "run: " << run.out << "\nchat: " << chat.out;
+  }
+  // A text-only model: a clear error, and the conversation goes on without the image.
+  auto r = egtest::run_cmd({cli, "chat", "-m", egtest::shared_dir() + "/models/tiny-gemma3", "-n", "4"},
+                           "/image " + egtest::g3v_dir() + "/inputs/img_gray_320x240.png\n/image\n");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.err.find("error: this model has no vision tower"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("error: /image needs a file name"), std::string::npos) << r.err;
+}
+
 // Gemma 4 `run --image`: the plain and chat cases of tiny-gemma4-mm end to end.
 TEST(VisionCli, RunImageGemma4MatchesTransformers) {
   const std::string M = egtest::g4mm_dir();
