@@ -108,6 +108,29 @@ void eg_session_free(eg_session* session);
 int eg_session_set_system(eg_session* session, const char* text);
 /* Chat mode: appends a message (role "user", "assistant", "system"...) without computing. */
 int eg_session_add_message(eg_session* session, const char* role, const char* content);
+/* Images (models with a vision tower: Gemma 3 4B and larger, Gemma 4; docs/vision.md). Chat mode:
+ * attaches an image to the message being typed (the next user message of eg_session_generate /
+ * eg_session_chat); several calls attach several images, shown before the message's text in the
+ * order attached. The image is decoded and encoded by the vision tower during the call (Gemma 3:
+ * 256 soft tokens on the released models; Gemma 4: up to 280, by its size), and its tokens start
+ * prefilling in the background at once, so after the user presses Enter only the text remains.
+ * Fails with EG_ERR_FAILED, changing nothing, when the model has no vision tower ("this model has
+ * no vision tower": a text-only model, or a GGUF file), in raw mode, or for a bad image; a session
+ * with images cannot be saved (eg_session_save fails) yet.
+ *
+ * eg_session_add_image: an image file (JPEG, PNG, WebP, GIF first frame, BMP; the format is read
+ * from its bytes; EXIF orientation applied). Unreadable, truncated, corrupt, zero-size files and
+ * images above 64 Mpixels or 65536 pixels a side fail with EG_ERR_FAILED.
+ *
+ * eg_session_add_image_rgb: 8-bit pixels, row-major, top row first: channels 3 (R, G, B) or 4
+ * (R, G, B, A; the alpha is dropped, not composited, as the Hugging Face processors do);
+ * width, height > 0 (the limits above); stride_bytes is the distance between rows (0 = packed,
+ * width * channels; else >= width * channels). The buffer must hold (height - 1) * stride +
+ * width * channels bytes; it is copied during the call. Bad arguments (NULL pixels, channels other
+ * than 3 or 4, sizes out of range, a short stride) fail with EG_ERR_INVALID_ARGUMENT. */
+int eg_session_add_image(eg_session* session, const char* path);
+int eg_session_add_image_rgb(eg_session* session, const uint8_t* pixels, int32_t width, int32_t height,
+                             int32_t channels, int32_t stride_bytes);
 /* Raw mode: appends text to the context and prefills it (an empty context gets exactly one <bos>
  * first, whatever the tokenizer's add_bos_token says; chat mode prompts start with one too). */
 int eg_session_append_text(eg_session* session, const char* text);

@@ -3,13 +3,16 @@
 // -> EG_ERR_INTERNAL, with the message in the thread-local last error.
 #include "edgegemma/edgegemma.h"
 
+#include <cstring>
 #include <memory>
+#include <vector>
 #include <new>
 #include <string>
 
 #include "core/error.h"
 #include "engine/loaded_model.h"
 #include "engine/session.h"
+#include "vision/image.h"
 
 struct eg_model {
   std::shared_ptr<const eg::LoadedModel> lm;
@@ -201,6 +204,36 @@ int eg_session_add_message(eg_session* session, const char* role, const char* co
   EG_REQUIRE(role != nullptr && content != nullptr, "eg_session_add_message: role and content must not be NULL");
   return guarded([&] {
     session->s->add_message(role, content);
+    return EG_OK;
+  });
+}
+
+int eg_session_add_image(eg_session* session, const char* path) {
+  EG_SESSION("eg_session_add_image");
+  EG_REQUIRE(path != nullptr, "eg_session_add_image: path must not be NULL");
+  return guarded([&] {
+    session->s->add_image(eg::vision::load_image_file(path));
+    return EG_OK;
+  });
+}
+
+int eg_session_add_image_rgb(eg_session* session, const uint8_t* pixels, int32_t width, int32_t height,
+                             int32_t channels, int32_t stride_bytes) {
+  EG_SESSION("eg_session_add_image_rgb");
+  EG_REQUIRE(pixels != nullptr, "eg_session_add_image_rgb: pixels must not be NULL");
+  EG_REQUIRE(channels == 3 || channels == 4, "eg_session_add_image_rgb: channels must be 3 (RGB) or 4 (RGBA)");
+  EG_REQUIRE(width > 0 && height > 0, "eg_session_add_image_rgb: width and height must be > 0");
+  const std::string bad = eg::vision::image_size_problem(width, height);
+  EG_REQUIRE(bad.empty(), "eg_session_add_image_rgb: " + bad);
+  const int64_t row = static_cast<int64_t>(width) * channels;
+  EG_REQUIRE(stride_bytes == 0 || stride_bytes >= row,
+             "eg_session_add_image_rgb: stride_bytes must be 0 (packed) or >= width * channels");
+  return guarded([&] {
+    const int64_t stride = stride_bytes == 0 ? row : stride_bytes;
+    std::vector<uint8_t> packed(static_cast<size_t>(row * height));
+    for (int32_t y = 0; y < height; ++y)
+      std::memcpy(packed.data() + y * row, pixels + y * stride, static_cast<size_t>(row));
+    session->s->add_image(eg::vision::image_from_pixels(packed.data(), width, height, channels));
     return EG_OK;
   });
 }

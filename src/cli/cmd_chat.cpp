@@ -3,10 +3,12 @@
 // (every keystroke hands the draft to Session::update_input, which prefills its stable part in
 // the background), Ctrl-C stops an answer (the session and the partial answer are kept) or
 // clears the line at the prompt, Ctrl-D exits. Pipes: one message per line, same commands.
-// A line ending in '\' continues the message on the next line.
+// A line ending in '\' continues the message on the next line. `/image FILE` attaches an image to
+// the message being typed (Session::add_image: encoded at once, then prefilled in the background).
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -20,6 +22,7 @@
 #include "engine/memory_budget.h"
 #include "engine/session.h"
 #include "tokenizer/chat_template.h"
+#include "vision/image.h"
 
 namespace eg::cli {
 
@@ -44,6 +47,8 @@ const char* kHelp =
     "  /load FILE       restore a session saved with /save (same model)\n"
     "  /system TEXT     set the system message (\"/system\" alone shows it, \"/system -\" removes it)\n"
     "  /preset NAME     switch sampling preset: precise, balanced, creative, code\n"
+    "  /image FILE      attach an image (JPEG, PNG, WebP, GIF, BMP) to the message being typed\n"
+    "                   (models with a vision tower; encoded at once, shown before the text)\n"
     "  /stats           timings and token counts of the last answer\n"
     "  /quit, /exit     leave (as Ctrl-D)\n"
     "a line ending in '\\' continues on the next line; Ctrl-C stops an answer or clears the line\n";
@@ -125,6 +130,15 @@ class Repl {
       std::snprintf(buf, sizeof buf, "(preset %s: temperature %.2g, top-p %.2g)\n", arg.c_str(), p.temperature,
                     p.top_p);
       out(buf);
+    } else if (cmd == "/image") {
+      if (arg.empty()) throw Error("/image needs a file name");
+      const auto t0 = std::chrono::steady_clock::now();
+      s_.add_image(vision::load_image_file(arg));
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "(image %zu attached to your next message: %.0f ms to encode) ", s_.pending_images(),
+                    ms);
+      out(buf + usage(s_) + "\n");
     } else if (cmd == "/stats") {
       out(stats_text(s_.last_stats()));
     } else {

@@ -186,7 +186,7 @@ int run(const RunArgs& a) {
                         {"stats", stats_json(*lm, r.stats)}};
     if (!images.empty()) {
       j["stats"]["images"] = images.size();
-      j["stats"]["soft_tokens_per_image"] = encoder->tokens_per_image();
+      j["stats"]["soft_tokens_per_image"] = with_images.tokens_per_image;
       j["stats"]["image_encode_ms"] = encode_ms;
     }
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
@@ -210,9 +210,12 @@ int run(const RunArgs& a) {
                  s.decode_tok_s, peak_rss_bytes() / 1048576.0, cpu::num_threads(),
                  cpu::simd_target_name(), lm->executor().description().c_str(),
                  static_cast<unsigned long long>(seed));
-    if (!images.empty())
-      std::fprintf(stderr, "images: %zu | soft tokens per image: %d | image encode: %.1f ms\n", images.size(),
-                   encoder->tokens_per_image(), encode_ms);
+    if (!images.empty()) {
+      std::string per;
+      for (int n : with_images.tokens_per_image) per += (per.empty() ? "" : ", ") + std::to_string(n);
+      std::fprintf(stderr, "images: %zu | soft tokens per image: %s | image encode: %.1f ms\n", images.size(),
+                   per.c_str(), encode_ms);
+    }
   }
   return 0;
 }
@@ -239,7 +242,7 @@ Action register_run(CLI::App& app) {
   app.add_flag("--ignore-eos", a->ignore_eos, "keep generating through <eos>/<end_of_turn>");
   app.add_option("--image", a->images,
                  "an image file (JPEG, PNG, WebP, GIF, BMP; repeatable): with --chat before the text of the "
-                 "message, else at each <start_of_image> of the prompt, or before the text")
+                 "message, else at each image marker of the prompt (<start_of_image>; Gemma 4: <|image|>), or before the text")
       ->allow_extra_args(false);
   return [a] { return run(*a); };
 }

@@ -31,7 +31,7 @@ struct ServeArgs {
   std::string alias;
   double timeout = 600;
   int prefix_cache_mb = 256;
-  int max_body_kb = 1024;
+  int max_body_kb = 0;  // 0: 1024, or 32768 for a model with a vision tower (images as data: URLs)
   int threads = 0;
   std::string kv_type = "f16";
   std::string device = "auto";
@@ -67,7 +67,8 @@ int serve(const ServeArgs& a) {
   std::filesystem::path p(path);
   while (!p.empty() && !p.has_filename()) p = p.parent_path();
   o.model_id = !a.alias.empty() ? a.alias : (p.extension() == ".gguf" ? p.stem().string() : p.filename().string());
-  o.max_body_bytes = static_cast<size_t>(a.max_body_kb) * 1024;
+  const bool vision = lm->model().config().multimodal_wrapper && !lm->source_dir().empty();
+  o.max_body_bytes = static_cast<size_t>(a.max_body_kb > 0 ? a.max_body_kb : (vision ? 32768 : 1024)) * 1024;
   o.timeout_s = a.timeout;
   const int max_pos = lm->model().config().max_position_embeddings;
   o.scheduler.context_tokens = a.ctx > 0 ? a.ctx : std::min(4096, max_pos);
@@ -119,7 +120,7 @@ Action register_serve(CLI::App& app) {
       ->check(CLI::Range(0.001, 1e7));
   app.add_option("--prefix-cache-mb", a->prefix_cache_mb, "MiB of KV kept for prefixes shared across requests (0: off; default 256)")
       ->check(kCount);
-  app.add_option("--max-body-kb", a->max_body_kb, "largest request body in KiB (default 1024)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--max-body-kb", a->max_body_kb, "largest request body in KiB (default 1024; 32768 for a model with a vision tower)")->check(CLI::Range(1, 1 << 20));
   app.add_option("-t,--threads", a->threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));
   app.add_option("--kv-type", a->kv_type, "KV cache type f16|bf16|f32|int8 (default f16)");
   app.add_option("--device", a->device, "where steps run: auto (default), cpu or cuda");

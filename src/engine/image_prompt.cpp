@@ -1,10 +1,27 @@
 #include "engine/image_prompt.h"
 
+#include <atomic>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
+#include "core/file_util.h"
 
 namespace eg {
+
+namespace {
+
+// text_config.use_bidirectional_attention of a Gemma 4 config.json ("" when null / absent).
+std::string bidirectional_rule(const std::string& dir) {
+  const auto j = nlohmann::json::parse(read_file(dir + "/config.json"), nullptr, false);
+  if (!j.is_object() || !j.contains("text_config") || !j["text_config"].is_object()) return "";
+  const auto& t = j["text_config"];
+  if (!t.contains("use_bidirectional_attention") || !t["use_bidirectional_attention"].is_string()) return "";
+  return t["use_bidirectional_attention"].get<std::string>();
+}
+
+}  // namespace
 
 std::unique_ptr<ImageEncoder> ImageEncoder::load(const LoadedModel& lm, const std::string& dir) {
   namespace fs = std::filesystem;
@@ -14,42 +31,128 @@ std::unique_ptr<ImageEncoder> ImageEncoder::load(const LoadedModel& lm, const st
   auto e = std::unique_ptr<ImageEncoder>(new ImageEncoder());
   e->vc_ = vision::load_vision_config(dir);
   if (e->vc_.kind == vision::TowerKind::None) throw Error("this model has no vision tower (" + dir + ")");
-  if (e->vc_.kind == vision::TowerKind::Gemma4)
-    throw Error("Gemma 4 images are not supported yet (" + dir + ")");
-  if (e->vc_.text_hidden != lm.model().config().hidden_size)
+  const ModelConfig& mc = lm.model().config();
+  const bool want_g4 = e->vc_.kind == vision::TowerKind::Gemma4;
+  if (want_g4 != (mc.family == ModelFamily::Gemma4))
+    throw Error(dir + ": the vision tower (" + (want_g4 ? "Gemma 4" : "Gemma 3") +
+                ") does not belong to this text model");
+  if (want_g4 && !bidirectional_rule(dir).empty())
+    throw Error(dir + ": images for a Gemma 4 model with use_bidirectional_attention='" + bidirectional_rule(dir) +
+                "' (26B/31B: bidirectional image blocks on sliding layers) are not supported yet");
+  if (e->vc_.text_hidden != mc.hidden_size)
     throw Error("vision tower of " + dir + " produces " + std::to_string(e->vc_.text_hidden) +
-                "-wide soft tokens but the text model is " + std::to_string(lm.model().config().hidden_size) + " wide");
-  e->pc_ = vision::load_image_processor_config(dir, false);
-  if (e->pc_.height != e->vc_.image_size || e->pc_.width != e->vc_.image_size)
-    throw Error(dir + ": the image processor's size " + std::to_string(e->pc_.height) + "x" +
-                std::to_string(e->pc_.width) + " does not match the tower's image_size " +
-                std::to_string(e->vc_.image_size));
-  if (e->pc_.image_seq_length != e->vc_.mm_tokens_per_image)
-    throw Error(dir + ": image_seq_length " + std::to_string(e->pc_.image_seq_length) +
-                " does not match mm_tokens_per_image " + std::to_string(e->vc_.mm_tokens_per_image));
-  e->tower_ = std::make_unique<vision::SiglipTower>(e->vc_, lm.model().weights().store);
+                "-wide soft tokens but the text model is " + std::to_string(mc.hidden_size) + " wide");
+  e->pc_ = vision::load_image_processor_config(dir, want_g4);
+  const auto& store = lm.model().weights().store;
+  if (want_g4) {
+    if (e->pc_.patch_size != e->vc_.patch_size || e->pc_.pooling_kernel != e->vc_.pooling_kernel)
+      throw Error(dir + ": the image processor's patch_size " + std::to_string(e->pc_.patch_size) + " / pooling " +
+                  std::to_string(e->pc_.pooling_kernel) + " do not match the tower's " +
+                  std::to_string(e->vc_.patch_size) + " / " + std::to_string(e->vc_.pooling_kernel));
+    e->g4_ = std::make_unique<vision::Gemma4VisionTower>(e->vc_, store);
+  } else {
+    if (e->pc_.height != e->vc_.image_size || e->pc_.width != e->vc_.image_size)
+      throw Error(dir + ": the image processor's size " + std::to_string(e->pc_.height) + "x" +
+                  std::to_string(e->pc_.width) + " does not match the tower's image_size " +
+                  std::to_string(e->vc_.image_size));
+    if (e->pc_.image_seq_length != e->vc_.mm_tokens_per_image)
+      throw Error(dir + ": image_seq_length " + std::to_string(e->pc_.image_seq_length) +
+                  " does not match mm_tokens_per_image " + std::to_string(e->vc_.mm_tokens_per_image));
+    e->siglip_ = std::make_unique<vision::SiglipTower>(e->vc_, store);
+  }
   const Tokenizer& tok = lm.tokenizer();
-  const int V = lm.model().config().vocab_size;
+  const int V = mc.vocab_size;
   for (int id : {e->vc_.boi_id, e->vc_.eoi_id, e->vc_.image_token_id})
     if (id < 0 || id >= tok.vocab_size() || id >= V)
       throw Error(dir + ": image token id " + std::to_string(id) + " is outside the vocabulary");
   e->boi_ = tok.piece(e->vc_.boi_id);
   e->eoi_ = tok.piece(e->vc_.eoi_id);
   e->image_ = tok.piece(e->vc_.image_token_id);
+  e->marker_ = want_g4 ? e->image_ : e->boi_;
   return e;
 }
 
+int ImageEncoder::tokens_for(const vision::RgbImage& img) const {
+  if (!gemma4()) return vc_.mm_tokens_per_image;
+  int h = 0, w = 0;
+  vision::gemma4_target_size(img.height, img.width, pc_, h, w);
+  const int side = pc_.patch_size * pc_.pooling_kernel;
+  return (h / side) * (w / side);
+}
+
 std::vector<float> ImageEncoder::encode(const vision::RgbImage& img) const {
-  const std::vector<float> pv = vision::gemma3_pixel_values(img, pc_);
   std::vector<float> soft;
-  tower_->encode(pv.data(), soft);
+  if (gemma4()) {
+    g4_->encode(vision::gemma4_patches(img, pc_), soft);
+  } else {
+    const std::vector<float> pv = vision::gemma3_pixel_values(img, pc_);
+    siglip_->encode(pv.data(), soft);
+  }
   return soft;
 }
 
-std::string ImageEncoder::expanded_marker() const {
-  std::string s = "\n\n" + boi_;
-  for (int i = 0; i < tokens_per_image(); ++i) s += image_;
-  return s + eoi_ + "\n\n";
+size_t ImageEncoder::weight_bytes() const { return g4_ ? g4_->weight_bytes() : siglip_->weight_bytes(); }
+
+std::string ImageEncoder::expanded_marker(int n) const {
+  std::string s = gemma4() ? boi_ : "\n\n" + boi_;
+  for (int i = 0; i < n; ++i) s += image_;
+  return s + eoi_ + (gemma4() ? "" : "\n\n");
+}
+
+uint64_t next_image_id() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
+
+std::shared_ptr<SessionImage> encode_session_image(const ImageEncoder& enc, const vision::RgbImage& img,
+                                                   int hidden_size) {
+  auto im = std::make_shared<SessionImage>();
+  im->n = enc.tokens_for(img);
+  im->soft = enc.encode(img);
+  im->bidirectional = enc.bidirectional();
+  im->id = next_image_id();
+  if (im->soft.size() != static_cast<size_t>(im->n) * hidden_size)
+    throw Error("internal: the vision tower gave " + std::to_string(im->soft.size()) + " values for " +
+                std::to_string(im->n) + " soft tokens");
+  return im;
+}
+
+size_t expand_rendered_markers(const ImageEncoder& enc, std::string& text,
+                               std::vector<std::pair<size_t, size_t>>& protect, const std::vector<int>& counts,
+                               size_t* cut) {
+  const std::string& mk = enc.marker();
+  std::string out;
+  std::vector<std::pair<size_t, size_t>> shifts;  // (original position, bytes added before it)
+  size_t at = 0, k = 0, last_end = 0, added = 0;
+  for (size_t q = text.find(mk); q != std::string::npos; q = text.find(mk, q + mk.size())) {
+    bool inside = false;
+    for (const auto& c : protect) inside = inside || (q >= c.first && q < c.second);
+    if (inside) continue;
+    if (k < counts.size()) {
+      const std::string rep = enc.expanded_marker(counts[k]);
+      out.append(text, at, q - at);
+      out += rep;
+      last_end = out.size();
+      added += rep.size() - mk.size();
+      shifts.push_back({q + mk.size(), added});
+    }
+    at = q + mk.size();
+    ++k;
+  }
+  if (k != counts.size())
+    throw Error("the chat template wrote " + std::to_string(k) + " image marker(s) " + mk + " for " +
+                std::to_string(counts.size()) + " image(s)");
+  out.append(text, at, std::string::npos);
+  auto map = [&](size_t pos) {
+    size_t add = 0;
+    for (const auto& s : shifts)
+      if (s.first <= pos) add = s.second;
+    return pos + add;
+  };
+  for (auto& c : protect) c = {map(c.first), map(c.second)};
+  if (cut != nullptr && *cut != std::string::npos) *cut = map(*cut);
+  text = std::move(out);
+  return last_end;
 }
 
 int count_markers(const std::string& text, const std::string& marker) {
@@ -59,43 +162,58 @@ int count_markers(const std::string& text, const std::string& marker) {
   return n;
 }
 
+std::vector<int> image_placeholder_runs(const ImageEncoder& enc, const std::vector<int32_t>& ids,
+                                        const std::vector<int>& counts) {
+  const int32_t ph = enc.config().image_token_id;
+  std::vector<int> starts;
+  for (size_t i = 0; i < ids.size();) {
+    if (ids[i] != ph) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < ids.size() && ids[j] == ph) ++j;
+    const size_t k = starts.size();
+    if (k >= counts.size() || static_cast<int>(j - i) != counts[k])
+      throw Error("the prompt has a run of " + std::to_string(j - i) + " image placeholder tokens where " +
+                  (k < counts.size() ? "image " + std::to_string(k + 1) + " needs exactly " + std::to_string(counts[k])
+                                     : std::string("no image is left")) +
+                  " (is there image placeholder text in the prompt?)");
+    starts.push_back(static_cast<int>(i));
+    i = j;
+  }
+  if (starts.size() != counts.size())
+    throw Error("the prompt has " + std::to_string(starts.size()) + " image placeholder runs but " +
+                std::to_string(counts.size()) + " image(s) were given");
+  return starts;
+}
+
 ImagePrompt build_image_prompt(const LoadedModel& lm, const ImageEncoder& enc, const std::string& text,
                                const std::vector<vision::RgbImage>& images, bool no_bos) {
   const int markers = count_markers(text, enc.marker());
   if (markers != static_cast<int>(images.size()))
     throw Error("the prompt has " + std::to_string(markers) + " image marker(s) " + enc.marker() + " but " +
                 std::to_string(images.size()) + " image(s) were given");
+  ImagePrompt r;
+  for (const auto& img : images) r.tokens_per_image.push_back(enc.tokens_for(img));
   std::string expanded;
-  const std::string rep = enc.expanded_marker();
-  size_t at = 0;
+  size_t at = 0, k = 0;
   for (size_t p = text.find(enc.marker()); p != std::string::npos; p = text.find(enc.marker(), at)) {
-    expanded += text.substr(at, p - at) + rep;
+    expanded += text.substr(at, p - at) + enc.expanded_marker(r.tokens_per_image[k++]);
     at = p + enc.marker().size();
   }
   expanded += text.substr(at);
-  ImagePrompt r;
   r.ids = lm.encode_prompt(expanded, no_bos);
-  // The placeholder runs, in order; each must be exactly one image.
-  const int32_t ph = enc.config().image_token_id, N = enc.tokens_per_image();
-  std::vector<int> starts;
-  for (size_t i = 0; i < r.ids.size();) {
-    if (r.ids[i] != ph) { ++i; continue; }
-    size_t j = i;
-    while (j < r.ids.size() && r.ids[j] == ph) ++j;
-    if (static_cast<int>(j - i) != N)
-      throw Error("the prompt has a run of " + std::to_string(j - i) +
-                  " image placeholder tokens where an image needs exactly " + std::to_string(N) +
-                  " (is there image placeholder text in the prompt?)");
-    starts.push_back(static_cast<int>(i));
-    i = j;
-  }
-  if (starts.size() != images.size())
-    throw Error("the prompt has " + std::to_string(starts.size()) + " image placeholder runs but " +
-                std::to_string(images.size()) + " image(s) were given");
+  const std::vector<int> starts = image_placeholder_runs(enc, r.ids, r.tokens_per_image);
   r.soft.reserve(images.size());
   for (const auto& img : images) r.soft.push_back(enc.encode(img));
-  for (size_t k = 0; k < images.size(); ++k)
-    r.spans.push_back(EmbedSpan{starts[k], N, r.soft[k].data(), true});
+  const int H = lm.model().config().hidden_size;
+  for (size_t i = 0; i < images.size(); ++i) {
+    if (static_cast<int>(r.soft[i].size()) != r.tokens_per_image[i] * H)
+      throw Error("internal: image " + std::to_string(i + 1) + " gave " + std::to_string(r.soft[i].size() / H) +
+                  " soft tokens, expected " + std::to_string(r.tokens_per_image[i]));
+    r.spans.push_back(EmbedSpan{starts[i], r.tokens_per_image[i], r.soft[i].data(), enc.bidirectional()});
+  }
   return r;
 }
 

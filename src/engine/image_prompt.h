@@ -1,19 +1,27 @@
-// Images in a prompt (gemma-multimodal.md §0.3, §1.6): the model's vision tower and image
+// Images in a prompt (gemma-multimodal.md §0.3, §1.6, §2.5): the model's vision tower and image
 // processor, the processor's placeholder expansion, and the soft-token rows bound to the prompt's
 // placeholder positions for Model::forward (EmbedSpan).
 //
 // Gemma 3: every image marker "<start_of_image>" of the (rendered) prompt text becomes
 // "\n\n<start_of_image>" + N × "<image_soft_token>" + "<end_of_image>\n\n" before tokenisation
 // (exactly what Gemma3Processor does, so "\n" + "\n\n" merge into one token as in transformers);
-// the N placeholder rows of image k are its soft tokens, bidirectional within the image during
-// prefill (token_type_ids). Gemma 4: not yet (a clear error).
+// N = mm_tokens_per_image; the N placeholder rows of one image are bidirectional during prefill
+// (token_type_ids).
+// Gemma 4: every marker "<|image|>" (the placeholder itself, which the chat template writes per
+// image item) becomes "<|image>" + N × "<|image|>" + "<image|>" with N the image's own soft-token
+// count (Gemma4ImageProcessor: aspect-preserving, ≤ max_soft_tokens); the rows stay causal
+// (use_bidirectional_attention null: E2B/E4B). The 26B/31B rule ("vision": bidirectional image
+// blocks on sliding layers only) is not implemented: such a checkpoint is refused for images.
+// The text model's per-layer-embedding rule at media positions is Model::forward's (EmbedSpan).
 #pragma once
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/loaded_model.h"
+#include "engine/media.h"
 #include "model/model.h"
+#include "vision/gemma4_vision.h"
 #include "vision/image.h"
 #include "vision/preprocess.h"
 #include "vision/siglip.h"
@@ -25,24 +33,32 @@ class ImageEncoder {
  public:
   /// The tower and processor of the checkpoint folder `dir` that `lm` was loaded from (its tensors
   /// are `lm`'s, which must outlive the encoder). Throws eg::Error "this model has no vision
-  /// tower" for a text-only checkpoint or a GGUF file (mmproj files are not supported yet), and
-  /// for a tower this build cannot run yet (Gemma 4).
+  /// tower" for a text-only checkpoint or a GGUF file (mmproj files are not supported yet), and a
+  /// clear error for a tower that does not fit the text model (soft-token width, token ids) or
+  /// that this build cannot run (Gemma 4 26B/31B's bidirectional image mask).
   static std::unique_ptr<ImageEncoder> load(const LoadedModel& lm, const std::string& dir);
 
-  /// Soft tokens [n, H] of one image (processor + tower); n = tokens_per_image().
+  /// Soft tokens [n, H] of one image (processor + tower); n = tokens_for(img).
   std::vector<float> encode(const vision::RgbImage& img) const;
-  int tokens_per_image() const { return vc_.mm_tokens_per_image; }
+  /// Soft tokens the image becomes (Gemma 3: mm_tokens_per_image; Gemma 4: from its size).
+  int tokens_for(const vision::RgbImage& img) const;
   const vision::VisionConfig& config() const { return vc_; }
-  /// The image marker text of the chat template / prompt ("<start_of_image>").
-  const std::string& marker() const { return boi_; }
-  /// The processor's replacement of one marker.
-  std::string expanded_marker() const;
+  bool gemma4() const { return vc_.kind == vision::TowerKind::Gemma4; }
+  /// Whether one image's rows see each other during prefill (Gemma 3) or stay causal (Gemma 4).
+  bool bidirectional() const { return !gemma4(); }
+  /// The image marker text of the chat template / prompt ("<start_of_image>", "<|image|>").
+  const std::string& marker() const { return marker_; }
+  /// The processor's replacement of one marker for an image of n soft tokens.
+  std::string expanded_marker(int n) const;
+  /// Bytes of the tower's weights.
+  size_t weight_bytes() const;
 
  private:
   vision::VisionConfig vc_;
   vision::ImageProcessorConfig pc_;
-  std::unique_ptr<vision::SiglipTower> tower_;
-  std::string boi_, eoi_, image_;
+  std::unique_ptr<vision::SiglipTower> siglip_;
+  std::unique_ptr<vision::Gemma4VisionTower> g4_;
+  std::string boi_, eoi_, image_, marker_;
 };
 
 /// A tokenised prompt with its images' soft tokens bound to the placeholder positions.
@@ -50,14 +66,35 @@ struct ImagePrompt {
   std::vector<int32_t> ids;
   std::vector<std::vector<float>> soft;  // per image, [n, H]
   std::vector<EmbedSpan> spans;          // one per image, rows pointing into `soft`
+  std::vector<int> tokens_per_image;
 };
 
 /// `text` must hold exactly one image marker per image, in order (the chat template writes one
 /// per image item). Expands them, tokenises (LoadedModel::encode_prompt), encodes every image
-/// and checks that each placeholder run has exactly tokens_per_image() ids. Throws eg::Error
-/// when the counts disagree ("the prompt has 1 image marker(s) but 2 images were given").
+/// and checks that each placeholder run has exactly the image's soft-token count. Throws
+/// eg::Error when the counts disagree ("the prompt has 1 image marker(s) but 2 images were given").
 ImagePrompt build_image_prompt(const LoadedModel& lm, const ImageEncoder& enc, const std::string& text,
                                const std::vector<vision::RgbImage>& images, bool no_bos);
+
+/// The starts of the placeholder runs of `ids`, which must be exactly counts.size() runs of
+/// counts[k] placeholder ids each. Throws eg::Error otherwise (typed placeholder text, a marker
+/// the template dropped, ...).
+std::vector<int> image_placeholder_runs(const ImageEncoder& enc, const std::vector<int32_t>& ids,
+                                        const std::vector<int>& counts);
+
+/// The processor's expansion inside a rendered chat prompt: every image marker of `text` outside
+/// the `protect` ranges (message contents: marker text a user typed stays text) is replaced by
+/// expanded_marker(counts[k]), in order; `protect` and `*cut` (when given) are shifted to match.
+/// Returns the end of the last expansion in the new text. Throws eg::Error when the number of
+/// markers is not counts.size() ("the chat template wrote 1 image marker(s) <|image|> for 2
+/// image(s)").
+size_t expand_rendered_markers(const ImageEncoder& enc, std::string& text,
+                               std::vector<std::pair<size_t, size_t>>& protect, const std::vector<int>& counts,
+                               size_t* cut = nullptr);
+
+/// One image through the processor and tower, as a SessionImage with a fresh id. Throws eg::Error.
+std::shared_ptr<SessionImage> encode_session_image(const ImageEncoder& enc, const vision::RgbImage& img,
+                                                   int hidden_size);
 
 /// Number of non-overlapping occurrences of `marker` in `text`.
 int count_markers(const std::string& text, const std::string& marker);

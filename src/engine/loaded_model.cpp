@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "engine/image_prompt.h"
 #include "engine/prompt_bos.h"
 #include "format/gguf.h"
 #include "tokenizer/chat_template.h"
@@ -34,17 +35,29 @@ LoadedModel::LoadedModel(std::unique_ptr<Model> m, Tokenizer t)
     throw Error("tokenizer.json has " + std::to_string(tokenizer_.vocab_size()) +
                 " tokens but the model's vocab_size is " + std::to_string(cfg.vocab_size) +
                 ": they do not belong to the same model");
-  // Gemma 3's vision tower runs when an image is given (engine/image_prompt.h); the rest of a
-  // multimodal checkpoint (Gemma 4's towers, audio) is not used yet.
-  const bool g3_vision = cfg.multimodal_wrapper && cfg.family == ModelFamily::Gemma3;
-  if (g3_vision)
-    notes_.push_back("multimodal checkpoint: the vision tower runs for images (run --image), else text only");
-  else if (cfg.multimodal_wrapper)
-    notes_.push_back("multimodal checkpoint: using the text decoder only (vision/audio towers ignored)");
+  // The vision tower (Gemma 3's SigLIP, Gemma 4's) runs when an image is given
+  // (engine/image_prompt.h); Gemma 4's audio tower is not used yet.
+  const bool vision = cfg.multimodal_wrapper;
+  if (cfg.multimodal_wrapper)
+    notes_.push_back(std::string("multimodal checkpoint: the vision tower runs for images, else text only") +
+                     (cfg.family == ModelFamily::Gemma4 ? " (the audio tower is not used)" : ""));
   for (const auto& p : model_->weights().ignored_prefixes) {
-    const bool vision = p.find("vision_tower.") != std::string::npos || p.find("multi_modal_projector.") != std::string::npos;
-    if (!(g3_vision && vision)) notes_.push_back("ignoring tensors under '" + p + "'");
+    const bool tower = p.find("vision_tower.") != std::string::npos || p.find("multi_modal_projector.") != std::string::npos ||
+                       p.find("embed_vision.") != std::string::npos;
+    if (!(vision && tower)) notes_.push_back("ignoring tensors under '" + p + "'");
   }
+}
+
+LoadedModel::~LoadedModel() = default;
+
+const ImageEncoder& LoadedModel::image_encoder() const {
+  std::lock_guard<std::mutex> lk(image_mu_);
+  if (!image_enc_) {
+    if (dir_.empty())
+      throw Error("this model has no vision tower (a GGUF file: mmproj files are not supported yet)");
+    image_enc_ = ImageEncoder::load(*this, dir_);
+  }
+  return *image_enc_;
 }
 
 std::unique_ptr<LoadedModel> LoadedModel::load_dir(const std::string& dir) {
@@ -56,6 +69,7 @@ std::unique_ptr<LoadedModel> LoadedModel::load_dir(const std::string& dir) {
   if (!fs::exists(fs::path(dir) / "tokenizer.json")) throw Error("missing tokenizer.json in " + dir);
   Tokenizer tok = Tokenizer::load_dir(dir);
   auto lm = std::make_unique<LoadedModel>(std::move(model), std::move(tok));
+  lm->dir_ = dir;
   try {
     lm->chat_template_ = load_chat_template(dir);
   } catch (const Error&) {

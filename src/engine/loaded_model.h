@@ -1,6 +1,7 @@
 // A model ready to serve: the forward pass, its tokenizer, and which token ids end a turn.
 #pragma once
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,8 @@
 #include "tokenizer/tokenizer.h"
 
 namespace eg {
+
+class ImageEncoder;
 
 class LoadedModel {
  public:
@@ -54,7 +57,16 @@ class LoadedModel {
   /// removed. Special-token text is parsed as special tokens.
   std::vector<int32_t> encode_prompt(const std::string& text, bool no_bos) const;
 
+  /// The checkpoint's vision tower and image processor (engine/image_prompt.h), loaded on first
+  /// use and shared (thread-safe). Throws eg::Error "this model has no vision tower" for a
+  /// text-only checkpoint or a GGUF file, or the tower's own error (mismatched shapes, ...);
+  /// a failed load is retried by the next call.
+  const ImageEncoder& image_encoder() const;
+  /// The Hugging Face directory the model was loaded from ("" for a GGUF file).
+  const std::string& source_dir() const { return dir_; }
+
   LoadedModel(std::unique_ptr<Model> m, Tokenizer t);
+  ~LoadedModel();
 
  private:
   std::unique_ptr<Model> model_;
@@ -65,6 +77,9 @@ class LoadedModel {
   double load_ms_ = 0;
   std::string chat_template_;
   std::vector<std::string> notes_;
+  std::string dir_;
+  mutable std::mutex image_mu_;
+  mutable std::unique_ptr<ImageEncoder> image_enc_;
 };
 
 /// Peak resident set size of this process in bytes (getrusage).

@@ -6,6 +6,7 @@
 
 #include "backend/cpu/thread_pool.h"
 #include "core/error.h"
+#include "engine/image_prompt.h"
 #include "engine/memory_budget.h"
 #include "engine/session_prompt.h"
 
@@ -73,6 +74,7 @@ void Session::init_kv() {
   kv_ = lm_->executor().new_kv_cache(opt_.kv);
   if (!ws_) ws_ = lm_->executor().new_workspace();
   cached_.clear();
+  cached_media_.clear();
   logits_valid_ = false;
 }
 
@@ -102,10 +104,24 @@ void Session::set_system(const std::string& text) {
   }
 }
 
-void Session::add_message(const std::string& role, const std::string& content) {
+void Session::add_message(const std::string& role, const std::string& content,
+                          std::vector<std::shared_ptr<const SessionImage>> images) {
   if (!opt_.chat) throw Error("session: add_message needs chat mode (raw mode: append_text)");
   if (role.empty()) throw Error("session: a message needs a role");
-  messages_.push_back(ChatMessage{role, content});
+  for (const auto& im : images)
+    if (!im || im->n <= 0) throw Error("session: an image of the message is empty");
+  messages_.push_back(ChatMessage{role, content, std::move(images)});
+}
+
+std::shared_ptr<const SessionImage> Session::encode_image(const vision::RgbImage& image) const {
+  // "this model has no vision tower" for a text-only model.
+  return encode_session_image(lm_->image_encoder(), image, lm_->model().config().hidden_size);
+}
+
+void Session::add_image(const vision::RgbImage& image) {
+  if (!opt_.chat) throw Error("session: images need chat mode");
+  draft_images_.push_back(encode_image(image));
+  update_input(draft_);  // the image block prefills in the background while the user types
 }
 
 void Session::append_tokens(const std::vector<int32_t>& ids) {
@@ -121,7 +137,7 @@ void Session::append_tokens(const std::vector<int32_t>& ids) {
   stop_worker_job();
   set_threads();
   context_.insert(context_.end(), ids.begin(), ids.end());
-  sync_cache(context_, static_cast<int>(context_.size()), nullptr, kSyncChunkTokens, nullptr);
+  sync_cache(Prompt{context_, {}}, static_cast<int>(context_.size()), nullptr, kSyncChunkTokens, nullptr);
 }
 
 void Session::append_text(const std::string& text) {
@@ -131,32 +147,46 @@ void Session::append_text(const std::string& text) {
   append_tokens(ids);
 }
 
-std::vector<int32_t> Session::render_tokens(const std::vector<ChatMessage>& msgs, bool gen_prompt,
-                                            size_t* draft_end_token) const {
-  const PromptEncoder::Rendered r = encoder_->render(msgs, gen_prompt);
-  if (draft_end_token != nullptr) {
-    // Tokens of the text up to the end of the last message's content (the draft).
-    size_t cut = r.text.size();
-    if (!r.content.empty()) cut = r.content.back().second;
-    *draft_end_token = encoder_->encode(r.text, r.content, cut).size();
+Session::Prompt Session::render_tokens(const std::vector<ChatMessage>& msgs, bool gen_prompt,
+                                       size_t* draft_end_token) const {
+  PromptEncoder::Rendered r = encoder_->render(msgs, gen_prompt);
+  size_t cut = r.text.size();  // the end of the last message's content (the draft)
+  if (!r.content.empty()) cut = r.content.back().second;
+  std::vector<std::shared_ptr<const SessionImage>> images;
+  for (const ChatMessage& m : msgs) images.insert(images.end(), m.images.begin(), m.images.end());
+  Prompt p;
+  if (images.empty()) {
+    if (draft_end_token != nullptr) *draft_end_token = encoder_->encode(r.text, r.content, cut).size();
+    p.ids = encoder_->encode(r.text, r.content);
+    return p;
   }
-  return encoder_->encode(r.text, r.content);
+  // The processor's expansion of every image marker the template wrote.
+  const ImageEncoder& enc = lm_->image_encoder();
+  std::vector<int> counts;
+  for (const auto& im : images) counts.push_back(im->n);
+  const size_t last_end = expand_rendered_markers(enc, r.text, r.content, counts, &cut);
+  if (!msgs.back().images.empty()) cut = std::max(cut, last_end);
+  if (draft_end_token != nullptr) *draft_end_token = encoder_->encode(r.text, r.content, cut).size();
+  p.ids = encoder_->encode(r.text, r.content);
+  const std::vector<int> starts = image_placeholder_runs(enc, p.ids, counts);
+  for (size_t i = 0; i < images.size(); ++i) p.media.push_back(Media{starts[i], images[i]});
+  return p;
 }
 
-std::vector<int32_t> Session::prompt_tokens(const std::string& draft, size_t* draft_end) const {
+Session::Prompt Session::prompt_tokens(const std::string& draft, size_t* draft_end) const {
   if (opt_.chat) {
     std::vector<ChatMessage> msgs = messages_;
-    if (!draft.empty()) msgs.push_back(ChatMessage{"user", draft});
+    if (!draft.empty() || !draft_images_.empty()) msgs.push_back(ChatMessage{"user", draft, draft_images_});
     if (msgs.empty()) {
       if (draft_end != nullptr) *draft_end = 0;
       return {};
     }
     return render_tokens(msgs, /*gen_prompt=*/true, draft_end);
   }
-  std::vector<int32_t> t = context_;
+  Prompt t{context_, {}};
   if (!draft.empty()) {
     std::vector<int32_t> d = t.empty() ? lm_->encode_prompt(draft, false) : lm_->tokenizer().encode(draft, false, true);
-    t.insert(t.end(), d.begin(), d.end());
+    t.ids.insert(t.ids.end(), d.begin(), d.end());
   }
   if (draft_end != nullptr) *draft_end = t.size();
   return t;
@@ -175,44 +205,86 @@ void Session::reset() {
   messages_.clear();
   context_.clear();
   draft_.clear();
+  draft_images_.clear();
   kv_->clear();
   cached_.clear();
+  cached_media_.clear();
   logits_valid_ = false;
   stats_ = SessionStats{};
 }
 
 // ---- cache synchronisation ---------------------------------------------------------------------
 
-bool Session::sync_cache(const std::vector<int32_t>& target, int upto, const std::atomic<bool>* cancel,
-                         int chunk, int* prefilled, bool want_logits) {
+int Session::truncate_cache(int n, const Prompt* target) {
+  int kept = kv_->truncate(n);
+  for (bool moved = true; moved && target != nullptr;) {  // never keep half a bidirectional block
+    moved = false;
+    for (const Media& m : target->media)
+      if (m.image->bidirectional && m.begin < kept && kept < m.begin + m.image->n) {
+        kept = kv_->truncate(m.begin);
+        moved = true;
+      }
+  }
+  cached_.resize(static_cast<size_t>(kept));
+  cached_media_.resize(static_cast<size_t>(kept));
+  logits_valid_ = false;
+  return kept;
+}
+
+bool Session::sync_cache(const Prompt& target, int upto, const std::atomic<bool>* cancel, int chunk, int* prefilled,
+                         bool want_logits) {
   upto = std::min<int>(upto, static_cast<int>(target.size()));
   if (upto > ctx_)
     throw Error("session: " + std::to_string(upto) + " tokens exceed the context of " + std::to_string(ctx_) + " tokens");
-  size_t common = 0;
-  while (common < cached_.size() && common < static_cast<size_t>(upto) && cached_[common] == target[common]) ++common;
-  if (common < cached_.size()) {
-    const int kept = kv_->truncate(static_cast<int>(common));
-    cached_.resize(static_cast<size_t>(kept));
-    logits_valid_ = false;
+  const int H = lm_->model().config().hidden_size;
+  std::vector<uint64_t> keys(target.size(), 0);  // per position: the image id, 0 for text
+  for (const Media& m : target.media) {
+    std::fill(keys.begin() + m.begin, keys.begin() + m.begin + m.image->n, m.image->id);
+    // A bidirectional block is prefilled whole or not at all.
+    if (m.image->bidirectional && m.begin < upto && upto < m.begin + m.image->n) upto = m.begin;
   }
+  size_t common = 0;
+  while (common < cached_.size() && common < static_cast<size_t>(upto) && cached_[common] == target.ids[common] &&
+         cached_media_[common] == keys[common])
+    ++common;
+  if (common < cached_.size()) truncate_cache(static_cast<int>(common), &target);
   const StepExecutor& exec = lm_->executor();
+  std::vector<EmbedSpan> spans;
   while (cached_.size() < static_cast<size_t>(upto)) {
     if (cancel != nullptr && cancel->load(std::memory_order_relaxed)) return false;
-    const int n = std::min<int>(chunk, upto - static_cast<int>(cached_.size()));
-    const int32_t* ids = target.data() + cached_.size();
+    const int pos = static_cast<int>(cached_.size());
+    int end = std::min<int>(pos + chunk, upto);
+    spans.clear();
+    for (const Media& m : target.media) {
+      const int b = m.begin, e = m.begin + m.image->n;
+      if (m.image->bidirectional && b < end && end < e) end = b > pos ? b : e;  // never split the block
+    }
+    for (const Media& m : target.media) {
+      const int b = std::max(m.begin, pos), e = std::min(m.begin + m.image->n, end);
+      if (b < e)
+        spans.push_back(EmbedSpan{b - pos, e - b, m.image->soft.data() + static_cast<size_t>(b - m.begin) * H,
+                                  m.image->bidirectional});
+    }
+    const int n = end - pos;
+    const int32_t* ids = target.ids.data() + pos;
     // The LM head (vocab x hidden) only for the last chunk of a synchronous sync: the background
     // worker's chunks need no logits (generate() recomputes the last token if it must).
-    const bool last = static_cast<int>(cached_.size()) + n == upto && want_logits;
+    const bool last = end == upto && want_logits;
     try {
-      exec.prefill(ids, n, *kv_, *ws_, last ? LogitsMode::Last : LogitsMode::None, logits_);
+      if (spans.empty())
+        exec.prefill(ids, n, *kv_, *ws_, last ? LogitsMode::Last : LogitsMode::None, logits_);
+      else
+        exec.prefill_media(ids, n, spans, *kv_, *ws_, last ? LogitsMode::Last : LogitsMode::None, logits_);
     } catch (...) {
       // The cache may hold part of the chunk: start over from a clean state.
       kv_->clear();
       cached_.clear();
+      cached_media_.clear();
       logits_valid_ = false;
       throw;
     }
     cached_.insert(cached_.end(), ids, ids + n);
+    cached_media_.insert(cached_media_.end(), keys.begin() + pos, keys.begin() + end);
     logits_valid_ = last;
     if (prefilled != nullptr) *prefilled += n;
   }
@@ -235,7 +307,7 @@ void Session::worker_main() {
   for (;;) {
     cv_.wait(lk, [&] { return job_pending_ || shutdown_; });
     if (shutdown_) return;
-    std::vector<int32_t> target = std::move(job_target_);
+    Prompt target = std::move(job_target_);
     const int upto = job_upto_;
     job_pending_ = false;
     worker_busy_ = true;
@@ -268,9 +340,9 @@ void Session::wait_idle() {
 
 void Session::update_input(const std::string& text) {
   draft_ = text;
-  if (text.empty()) return;  // nothing new to prefill; keep what the cache holds
+  if (!has_draft()) return;  // nothing new to prefill; keep what the cache holds
   size_t draft_end = 0;
-  std::vector<int32_t> target;
+  Prompt target;
   try {
     target = prompt_tokens(text, &draft_end);
   } catch (const Error&) {
@@ -280,6 +352,11 @@ void Session::update_input(const std::string& text) {
   const size_t fixed = opt_.chat ? 0 : context_.size();
   size_t upto = draft_end > static_cast<size_t>(opt_.holdback_tokens) ? draft_end - opt_.holdback_tokens : 0;
   upto = std::max(upto, std::min(fixed, target.size()));
+  // The draft's images are stable up to their end marker: prefill them whatever the holdback.
+  if (!target.media.empty()) {
+    const Media& m = target.media.back();
+    upto = std::max(upto, std::min(static_cast<size_t>(m.begin + m.image->n + 1), target.size()));
+  }
   upto = std::min(upto, static_cast<size_t>(ctx_));
   if (!worker_.joinable()) worker_ = std::thread([this] { worker_main(); });
   {

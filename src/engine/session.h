@@ -62,9 +62,11 @@
 #include <vector>
 
 #include "engine/loaded_model.h"
+#include "engine/media.h"
 #include "engine/sampler.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
+#include "vision/image.h"
 
 namespace eg {
 
@@ -80,9 +82,13 @@ enum class FinishReason { Stop, Length, Cancelled, ContextFull };
 const char* finish_reason_name(FinishReason r);
 
 /// One chat message. role: "system", "user", "assistant" (any role the template accepts).
+/// `images` (a user message) render before the text, in order, as image items of the message's
+/// content list ([{"type": "image"}, ..., {"type": "text", "text": content}]), which the
+/// checkpoint's template turns into its image marker (Gemma 3 <start_of_image>, Gemma 4 <|image|>).
 struct ChatMessage {
   std::string role;
   std::string content;
+  std::vector<std::shared_ptr<const SessionImage>> images = {};
 };
 
 struct SessionOptions {
@@ -175,8 +181,23 @@ class Session {
 
   /// Chat mode: sets the system message (replaces an existing one; "" removes it).
   void set_system(const std::string& text);
-  /// Chat mode: appends a message (no computation until the next prefill/generate).
-  void add_message(const std::string& role, const std::string& content);
+  /// Chat mode: appends a message (no computation until the next prefill/generate), with images
+  /// (SessionImage, e.g. from encode_image) shown before its text.
+  void add_message(const std::string& role, const std::string& content,
+                   std::vector<std::shared_ptr<const SessionImage>> images = {});
+
+  /// Chat mode: attaches an image to the message being typed (the draft: the next user message of
+  /// generate()/chat()). It is encoded now (vision tower), and the background prefill starts on
+  /// it at once, so after Enter only the text remains. Images of one message come before its
+  /// text, in the order attached. Throws eg::Error, changing nothing, when the model has no
+  /// vision tower ("this model has no vision tower"), in raw mode, or for an image the processor
+  /// refuses.
+  void add_image(const vision::RgbImage& image);
+  /// Images attached to the draft so far.
+  size_t pending_images() const { return draft_images_.size(); }
+  /// Encodes an image with the model's vision tower (for add_message). Throws eg::Error as
+  /// add_image.
+  std::shared_ptr<const SessionImage> encode_image(const vision::RgbImage& image) const;
   /// Raw mode: tokenizes `text` and appends it to the context (exactly one BOS first when the
   /// context is empty, whatever add_bos_token says: engine/prompt_bos.h), then prefills
   /// synchronously.
@@ -263,17 +284,29 @@ class Session {
   std::function<void()> save_fault_hook;
 
  private:
-  struct Target;  // the prompt tokens of an operation (session.cpp)
+  /// The prompt tokens of an operation, with the images bound to their placeholder runs.
+  using Media = MediaRun;
+  struct Prompt {
+    std::vector<int32_t> ids;
+    std::vector<Media> media;  // in order, non-overlapping
+    size_t size() const { return ids.size(); }
+    bool empty() const { return ids.empty(); }
+  };
   // Worker control.
   void worker_main();
   void stop_worker_job();  // cancel the running background job, keep its finished chunks
   // Cache synchronisation: makes the KV hold `target[0, upto)`; returns false when cancelled.
   // want_logits: compute the logits of the last token when it is prefilled here.
-  bool sync_cache(const std::vector<int32_t>& target, int upto, const std::atomic<bool>* cancel,
+  // A bidirectional image block is never split across calls (nor left half in the cache).
+  bool sync_cache(const Prompt& target, int upto, const std::atomic<bool>* cancel,
                   int chunk, int* prefilled, bool want_logits = true);
-  std::vector<int32_t> render_tokens(const std::vector<ChatMessage>& msgs, bool gen_prompt,
-                                     size_t* draft_end_token) const;
-  std::vector<int32_t> prompt_tokens(const std::string& draft, size_t* draft_end) const;
+  Prompt render_tokens(const std::vector<ChatMessage>& msgs, bool gen_prompt, size_t* draft_end_token) const;
+  Prompt prompt_tokens(const std::string& draft, size_t* draft_end) const;
+  /// Truncates the cache to at most n positions (never inside a bidirectional image block of
+  /// `target`, when given) and returns the positions kept.
+  int truncate_cache(int n, const Prompt* target = nullptr);
+  bool has_draft() const { return !draft_.empty() || !draft_images_.empty(); }
+  ChatMessage draft_message() const { return ChatMessage{"user", draft_, draft_images_}; }
   void set_threads() const;
   void init_kv();
   friend struct SessionFile;
@@ -288,12 +321,14 @@ class Session {
   std::vector<ChatMessage> messages_;
   std::vector<int32_t> context_;  // see context_tokens()
   std::string draft_;
+  std::vector<std::shared_ptr<const SessionImage>> draft_images_;
   SessionStats stats_;
 
   // KV state: touched by the worker while a job runs, by the caller thread otherwise.
   std::unique_ptr<KVCache> kv_;
   std::unique_ptr<StepWorkspace> ws_;  // activation buffers of this session's steps
   std::vector<int32_t> cached_;  // tokens whose K/V the cache holds (== kv_->n_past())
+  std::vector<uint64_t> cached_media_;  // per cached position: SessionImage::id, 0 for text
   std::vector<float> logits_;    // logits of cached_.back() when logits_valid_
   bool logits_valid_ = false;
 
@@ -304,7 +339,7 @@ class Session {
   bool job_pending_ = false;
   bool worker_busy_ = false;
   bool shutdown_ = false;
-  std::vector<int32_t> job_target_;
+  Prompt job_target_;
   int job_upto_ = 0;
   std::atomic<bool> job_cancel_{false};
   std::atomic<bool> gen_cancel_{false};

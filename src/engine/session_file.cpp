@@ -159,6 +159,9 @@ struct SessionFile {
     w.put<float>(p.presence_penalty);
     w.put<float>(p.frequency_penalty);
     w.str(s.sampler_.save_state());
+    for (const ChatMessage& m : s.messages_)
+      if (!m.images.empty())
+        throw Error("saving a conversation with images is not supported yet (the images are not stored)");
     w.put<uint64_t>(s.messages_.size());
     for (const ChatMessage& m : s.messages_) {
       w.str(m.role);
@@ -272,6 +275,8 @@ struct SessionFile {
     s.messages_ = std::move(msgs);
     s.context_ = std::move(context);
     s.cached_ = std::move(cached);
+    s.cached_media_.assign(s.cached_.size(), 0);
+    s.draft_images_.clear();
     s.logits_valid_ = logits_valid;
     s.logits_ = std::move(logits);
     *s.kv_ = std::move(kv);

@@ -38,7 +38,7 @@ int drop_oldest_turn(std::vector<ChatMessage>& msgs) {
 TurnResult Session::chat(const std::string& user_text, const GenerateParams& params,
                          const PieceCallback& on_piece) {
   if (!opt_.chat) throw Error("session: chat() needs chat mode (raw mode: append_text + generate)");
-  const std::string saved = draft_;
+  const std::string saved = draft_;  // the attached images (draft_images_) stay with the message
   draft_ = user_text;
   try {
     TurnResult r = generate(params, on_piece);
@@ -54,9 +54,9 @@ std::vector<float> Session::prefill() {
   stop_worker_job();
   set_threads();
   std::vector<ChatMessage> msgs = messages_;
-  const bool with_draft = opt_.chat && !draft_.empty();
-  if (with_draft) msgs.push_back(ChatMessage{"user", draft_});
-  std::vector<int32_t> prompt;
+  const bool with_draft = opt_.chat && has_draft();
+  if (with_draft) msgs.push_back(draft_message());
+  Prompt prompt;
   if (opt_.chat) {
     if (msgs.empty()) throw Error("session: nothing to prefill (the conversation is empty)");
     prompt = render_tokens(msgs, true, nullptr);
@@ -72,8 +72,7 @@ std::vector<float> Session::prefill() {
                 std::to_string(ctx_) + " tokens");
   sync_cache(prompt, static_cast<int>(prompt.size()), nullptr, kSyncChunkTokens, nullptr);
   if (!logits_valid_) {  // the cache held the prompt already, but not its last logits
-    const int kept = kv_->truncate(static_cast<int>(prompt.size()) - 1);
-    cached_.resize(static_cast<size_t>(kept));
+    truncate_cache(static_cast<int>(prompt.size()) - 1, &prompt);
     sync_cache(prompt, static_cast<int>(prompt.size()), nullptr, kSyncChunkTokens, nullptr);
   }
   if (opt_.chat) {  // turns dropped by the overflow policy stay dropped; the draft stays a draft
@@ -99,10 +98,10 @@ TurnResult Session::generate(const GenerateParams& gp, const PieceCallback& on_p
 
   // The prompt, dropping old turns while prompt + max_new_tokens does not fit.
   std::vector<ChatMessage> msgs = messages_;
-  std::vector<int32_t> prompt;
+  Prompt prompt;
   const bool drop = opt_.chat && opt_.overflow == OverflowPolicy::DropOldestTurns;
   if (opt_.chat) {
-    if (!draft_.empty()) msgs.push_back(ChatMessage{"user", draft_});
+    if (has_draft()) msgs.push_back(draft_message());
     if (msgs.empty()) throw Error("session: nothing to generate from (the conversation is empty)");
     prompt = render_tokens(msgs, true, nullptr);
     while (drop && prompt.size() + static_cast<size_t>(gp.max_new_tokens) > static_cast<size_t>(ctx_)) {
@@ -128,8 +127,7 @@ TurnResult Session::generate(const GenerateParams& gp, const PieceCallback& on_p
   const auto tp = std::chrono::steady_clock::now();
   sync_cache(prompt, static_cast<int>(prompt.size()), nullptr, kSyncChunkTokens, &st.prefilled_tokens);
   if (!logits_valid_) {
-    const int kept = kv_->truncate(static_cast<int>(prompt.size()) - 1);
-    cached_.resize(static_cast<size_t>(kept));
+    truncate_cache(static_cast<int>(prompt.size()) - 1, &prompt);
     sync_cache(prompt, static_cast<int>(prompt.size()), nullptr, kSyncChunkTokens, &st.prefilled_tokens);
   }
   st.reused_tokens = st.prompt_tokens - st.prefilled_tokens;
@@ -179,6 +177,7 @@ TurnResult Session::generate(const GenerateParams& gp, const PieceCallback& on_p
       }
       lm_->executor().prefill(&next, 1, *kv_, *ws_, LogitsMode::Last, logits_);
       cached_.push_back(next);
+      cached_media_.push_back(0);
       logits_valid_ = true;
       next = sampler_.sample(logits_.data(), V);
     }
@@ -201,9 +200,10 @@ TurnResult Session::generate(const GenerateParams& gp, const PieceCallback& on_p
       messages_ = std::move(msgs);
       messages_.push_back(ChatMessage{"assistant", r.text});
     }
-    context_ = prompt;
+    context_ = prompt.ids;
     context_.insert(context_.end(), r.ids.begin(), r.ids.end());
     draft_.clear();
+    draft_images_.clear();
   }
   st.generated_tokens = static_cast<int>(r.ids.size());
   if (st.prefill_ms > 0) st.prefill_tok_s = st.prefilled_tokens * 1000.0 / st.prefill_ms;

@@ -55,7 +55,15 @@ PromptEncoder::Rendered PromptEncoder::render(const std::vector<ChatMessage>& ms
     for (size_t i = 0; i < msgs.size(); ++i) {
       nlohmann::ordered_json m;
       m["role"] = msgs[i].role;
-      m["content"] = sentinels && !msgs[i].content.empty() ? sentinel(i) : msgs[i].content;
+      const std::string text = sentinels && !msgs[i].content.empty() ? sentinel(i) : msgs[i].content;
+      if (msgs[i].images.empty()) {
+        m["content"] = text;
+      } else {  // images first, then the text: the template writes its image marker per item
+        nlohmann::ordered_json parts = nlohmann::ordered_json::array();
+        for (size_t k = 0; k < msgs[i].images.size(); ++k) parts.push_back({{"type", "image"}});
+        if (!text.empty()) parts.push_back({{"type", "text"}, {"text", text}});
+        m["content"] = std::move(parts);
+      }
       if (extras != nullptr && i < extras->message_fields.size() && extras->message_fields[i].is_object())
         for (const auto& [k, v] : extras->message_fields[i].items()) m[k] = v;
       arr.push_back(std::move(m));

@@ -49,7 +49,8 @@ class PromptEncoder {
     nlohmann::ordered_json tools;
     std::vector<nlohmann::ordered_json> message_fields;
   };
-  /// Renders `msgs` (add_generation_prompt = gen_prompt). Throws eg::Error when the template
+  /// Renders `msgs` (add_generation_prompt = gen_prompt). A message with images is passed to the
+  /// template as a content list: one {"type": "image"} item per image, then the text item. Throws eg::Error when the template
   /// raises or the conversation is empty. Only contents are protected (encode()); strings inside
   /// extras (tool-call arguments) are rendered as the template prints them.
   Rendered render(const std::vector<ChatMessage>& msgs, bool gen_prompt, const Extras* extras = nullptr) const;

@@ -6,9 +6,11 @@
 #include <cstdlib>
 #include <random>
 
+#include "engine/image_prompt.h"
 #include "engine/presets.h"
 #include "engine/session.h"
 #include "server/api_error.h"
+#include "server/image_input.h"
 
 namespace eg::server {
 
@@ -179,22 +181,43 @@ void fit_context(GenRequest& r, const RequestContext& ctx, std::optional<int64_t
   r.max_tokens = max_tokens ? static_cast<int>(std::min<int64_t>(*max_tokens, room)) : room;
 }
 
-std::string text_of_content(const json& c, const std::string& param) {
+// The text of a message's content; image_url parts (user messages: `images` non-null) are
+// decoded into *images, in order.
+std::string text_of_content(const json& c, const std::string& param, std::vector<vision::RgbImage>* images,
+                            const LoadedModel& model) {
   if (c.is_null()) return "";
   if (c.is_string()) return c.get<std::string>();
   if (c.is_array()) {
     std::string s;
-    for (const json& part : c) {
+    for (size_t i = 0; i < c.size(); ++i) {
+      const json& part = c[i];
+      const std::string pp = param + "[" + std::to_string(i) + "]";
       if (!part.is_object()) bad(param, "content parts must be objects");
       const std::string type = get_string(part, "type", "");
-      if (type != "text") bad(param, "content part type '" + type + "' is not supported (text only)");
+      if (type == "image_url") {
+        if (images == nullptr) bad(pp, "image parts are only accepted in user messages");
+        try {
+          model.image_encoder();  // "this model has no vision tower", before any decoding
+        } catch (const Error& e) {
+          throw ApiError(400, e.what(), pp, "image_not_supported");
+        }
+        const json* iu = field(part, "image_url");
+        const json* url = iu && iu->is_object() ? field(*iu, "url") : iu;
+        if (!url || !url->is_string()) bad(pp, "an image_url part needs 'image_url': {\"url\": \"data:image/...;base64,...\"}");
+        if (images->size() >= static_cast<size_t>(kMaxImagesPerRequest))
+          throw ApiError(400, "too many images: at most " + std::to_string(kMaxImagesPerRequest) + " per request", pp,
+                         "too_many_images");
+        images->push_back(image_from_url(url->get<std::string>(), pp));
+        continue;
+      }
+      if (type != "text") bad(param, "content part type '" + type + "' is not supported (text, image_url)");
       const json* t = field(part, "text");
       if (!t || !t->is_string()) bad(param, "a text content part needs a 'text' string");
       s += t->get<std::string>();
     }
     return s;
   }
-  bad(param, "'content' must be a string, an array of text parts, or null");
+  bad(param, "'content' must be a string, an array of text / image_url parts, or null");
 }
 
 // OpenAI tool_calls[] (arguments a JSON string) -> the template's form (arguments an object).
@@ -316,6 +339,8 @@ GenRequest parse_chat_request(const json& b, const RequestContext& ctx) {
   if (!msgs->is_array()) bad("messages", "'messages' must be an array");
   if (msgs->empty()) bad("messages", "'messages' must not be empty");
   std::vector<ChatMessage> conv;
+  std::vector<vision::RgbImage> decoded;  // every image of the request, in order
+  std::vector<size_t> images_of;          // per message: images decoded up to its end
   PromptEncoder::Extras extras;
   if (!r.tools.is_null()) extras.tools = r.tools;
   for (size_t i = 0; i < msgs->size(); ++i) {
@@ -330,7 +355,9 @@ GenRequest parse_chat_request(const json& b, const RequestContext& ctx) {
       bad(param + ".role", "unknown role '" + role + "' (system, developer, user, assistant, tool)");
     if (!m.contains("content") && !(role == "assistant" && field(m, "tool_calls")))
       bad(param + ".content", param + " needs 'content'");
-    const std::string content = text_of_content(m.contains("content") ? m["content"] : json(), param + ".content");
+    const std::string content = text_of_content(m.contains("content") ? m["content"] : json(), param + ".content",
+                                                role == "user" ? &decoded : nullptr, ctx.model);
+    images_of.push_back(decoded.size());
     nlohmann::ordered_json fields = nlohmann::ordered_json::object();
     if (role == "assistant" && field(m, "tool_calls"))
       fields["tool_calls"] = template_tool_calls(m["tool_calls"], param + ".tool_calls");
@@ -341,9 +368,38 @@ GenRequest parse_chat_request(const json& b, const RequestContext& ctx) {
     conv.push_back(ChatMessage{role, content});
     extras.message_fields.push_back(std::move(fields));
   }
+  // Images: the model's vision tower encodes them (a model without one is a 400, never a
+  // text-only answer); each message shows its images before its text.
+  std::vector<std::shared_ptr<SessionImage>> encoded;
+  if (!decoded.empty()) {
+    try {
+      const ImageEncoder& enc = ctx.model.image_encoder();
+      if (ctx.model.executor().device() != Device::CPU)
+        throw Error(std::string("images are not supported on the ") + device_name(ctx.model.executor().device()) +
+                    " device yet (start the server with --device cpu)");
+      for (const auto& img : decoded)
+        encoded.push_back(encode_session_image(enc, img, ctx.model.model().config().hidden_size));
+    } catch (const ApiError&) {
+      throw;
+    } catch (const Error& e) {
+      throw ApiError(400, e.what(), "messages", "image_not_supported");
+    }
+    for (size_t i = 0, k = 0; i < conv.size(); ++i)
+      for (; k < images_of[i]; ++k) conv[i].images.push_back(encoded[k]);
+  }
   try {
     PromptEncoder::Rendered rendered = ctx.encoder.render(conv, true, &extras);
-    r.prompt = ctx.encoder.encode(rendered.text, rendered.content, std::string::npos, add_bos);
+    if (!encoded.empty()) {
+      const ImageEncoder& enc = ctx.model.image_encoder();
+      std::vector<int> counts;
+      for (const auto& im : encoded) counts.push_back(im->n);
+      expand_rendered_markers(enc, rendered.text, rendered.content, counts);
+      r.prompt = ctx.encoder.encode(rendered.text, rendered.content, std::string::npos, add_bos);
+      const std::vector<int> starts = image_placeholder_runs(enc, r.prompt, counts);
+      for (size_t k = 0; k < encoded.size(); ++k) r.media.push_back(MediaRun{starts[k], encoded[k]});
+    } else {
+      r.prompt = ctx.encoder.encode(rendered.text, rendered.content, std::string::npos, add_bos);
+    }
   } catch (const ApiError&) {
     throw;
   } catch (const Error& e) {

@@ -3,14 +3,17 @@
 //
 // /v1/chat/completions fields: model, messages (roles system, developer (= system), user,
 // assistant (content and/or tool_calls), tool (tool_call_id, content); content a string, null,
-// or an array of {"type": "text", "text"} parts), stream, stream_options.include_usage,
+// or an array of {"type": "text", "text"} parts, and in user messages {"type": "image_url",
+// "image_url": {"url": "data:image/png;base64,..."}} parts (server/image_input.h: data: URLs only,
+// at most 8 images, 20 MiB each; the message's images come before its text; a model without a
+// vision tower is a 400)), stream, stream_options.include_usage,
 // max_tokens / max_completion_tokens, temperature, top_p, seed, stop (string or array),
 // presence_penalty, frequency_penalty, logit_bias, n (1 only), response_format (text, json_object,
 // json_schema), tools, tool_choice; extensions: preset (precise/balanced/creative/code), top_k,
 // min_p, repeat_penalty, repeat_last_n, ignore_eos (generate through end-of-turn), timeout (seconds, at most the server's),
 // add_bos (boolean, default true: the prompt starts with exactly one <bos>, engine/prompt_bos.h;
 // false: none is added, a "<bos>" the template or the prompt text writes stays). Unknown fields are ignored (as OpenAI-compatible servers
-// do); fields we cannot honour (n > 1, logprobs, images) are 400.
+// do); fields we cannot honour (n > 1, logprobs, remote image URLs) are 400.
 // /v1/completions: prompt (a string, or an array of one string), the same sampling fields,
 // max_tokens (default 16, as OpenAI), echo false only.
 //

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "engine/media.h"
 #include "engine/sampler.h"
 
 namespace eg::grammar {
@@ -26,6 +27,8 @@ struct GenRequest {
   /// Prompt token ids (chat: the conversation rendered with the chat template, message contents
   /// as plain text; completion: the prompt text with special tokens parsed, BOS added).
   std::vector<int32_t> prompt;
+  /// Chat: the images' soft tokens at their placeholder runs of `prompt` (in order).
+  std::vector<MediaRun> media;
   /// Tokens to generate at most; clipped to the context left after the prompt.
   int max_tokens = 0;
   SamplingParams sampling;

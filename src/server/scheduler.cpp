@@ -2,6 +2,7 @@
 #include "server/scheduler.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <random>
 
@@ -30,6 +31,9 @@ struct Scheduler::Slot {
   KVCache& kv;
   std::unique_ptr<StepWorkspace> ws;  // this slot's activation buffers
   std::vector<int32_t> cached;  // tokens whose K/V the cache holds
+  // The first position of `cached` that holds an image's soft tokens (their placeholder ids do
+  // not say which image: never reused past it, never stored in the prefix cache).
+  size_t media_from = SIZE_MAX;
   Phase phase = Phase::Idle;
   uint64_t last_used = 0;
 
@@ -198,8 +202,15 @@ void Scheduler::start_job(Slot& s, std::shared_ptr<Job> job) {
   size_t l = 0;
   while (l < s.cached.size() && l < p.size() && s.cached[l] == p[l]) ++l;
   l = std::min(l, p.size() - 1);
+  const size_t req_media = rq.media.empty() ? SIZE_MAX : static_cast<size_t>(rq.media[0].begin);
+  l = std::min({l, s.media_from, req_media});
   int kept = s.kv.truncate(static_cast<int>(l));
-  if (prefix_ && prefix_->usable_prefix_length(p, s.kv.options()) > kept) kept = prefix_->load_longest_prefix(p, s.kv);
+  if (prefix_) {
+    const std::vector<int32_t> text_part(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(std::min(req_media, p.size())));
+    if (prefix_->usable_prefix_length(text_part, s.kv.options()) > kept)
+      kept = prefix_->load_longest_prefix(text_part, s.kv);
+  }
+  s.media_from = req_media;
   s.cached.assign(p.begin(), p.begin() + kept);
   s.prefill_pos = static_cast<size_t>(kept);
   s.cached_prompt = kept;
@@ -370,7 +381,7 @@ void Scheduler::finish(Slot& s, const char* reason) {
   s.matcher.reset();
   s.phase = Slot::Phase::Idle;
   s.last_used = ++tick_;
-  if (prefix_ && s.kv.n_past() > 0) prefix_->insert(s.cached, s.kv);
+  if (prefix_ && s.kv.n_past() > 0 && s.media_from == SIZE_MAX) prefix_->insert(s.cached, s.kv);
   publish_gauges();  // before the client hears back, so it sees its slot free
   release_job();
   job->finish(std::move(r));
@@ -387,16 +398,36 @@ bool Scheduler::prefill_step() {
   if (!s) return false;
   const auto& p = s->job->req.prompt;
   const int chunk = decoding ? std::min(64, opt_.prefill_chunk) : opt_.prefill_chunk;
-  const size_t n = std::min(p.size() - s->prefill_pos, static_cast<size_t>(chunk));
+  const int pos = static_cast<int>(s->prefill_pos);
+  int end = static_cast<int>(std::min(p.size(), s->prefill_pos + static_cast<size_t>(chunk)));
+  // Images: a bidirectional block (Gemma 3) is prefilled in one call; the chunk's soft-token rows.
+  const auto& media = s->job->req.media;
+  const int H = lm_->model().config().hidden_size;
+  for (const MediaRun& m : media) {
+    const int b = m.begin, e = m.begin + m.image->n;
+    if (m.image->bidirectional && b < end && end < e) end = b > pos ? b : e;
+  }
+  std::vector<EmbedSpan> spans;
+  for (const MediaRun& m : media) {
+    const int b = std::max(m.begin, pos), e = std::min(m.begin + m.image->n, end);
+    if (b < e)
+      spans.push_back(EmbedSpan{b - pos, e - b, m.image->soft.data() + static_cast<size_t>(b - m.begin) * H,
+                                m.image->bidirectional});
+  }
+  const size_t n = static_cast<size_t>(end - pos);
   const bool last = s->prefill_pos + n == p.size();
   std::vector<float>& logits = logits_;
-  lm_->executor().prefill(p.data() + s->prefill_pos, static_cast<int>(n), s->kv, *s->ws,
-                          last ? LogitsMode::Last : LogitsMode::None, logits);
+  if (spans.empty())
+    lm_->executor().prefill(p.data() + s->prefill_pos, static_cast<int>(n), s->kv, *s->ws,
+                            last ? LogitsMode::Last : LogitsMode::None, logits);
+  else
+    lm_->executor().prefill_media(p.data() + s->prefill_pos, static_cast<int>(n), spans, s->kv, *s->ws,
+                                  last ? LogitsMode::Last : LogitsMode::None, logits);
   s->cached.insert(s->cached.end(), p.begin() + s->prefill_pos, p.begin() + s->prefill_pos + n);
   s->prefill_pos += n;
   // Store the new full blocks after every chunk: sliding-window layers recycle their early pages
   // as a long prompt goes on, and a stored block is usable only with its in-window pages.
-  if (prefix_) prefix_->insert(s->cached, s->kv);
+  if (prefix_ && s->media_from == SIZE_MAX) prefix_->insert(s->cached, s->kv);
   if (last) on_token(*s, pick(*s, logits.data()));
   return true;
 }

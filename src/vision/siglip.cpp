@@ -5,52 +5,30 @@
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
 #include "ops/vision_ops.h"
+#include "vision/tensor_bind.h"
 
 namespace eg::vision {
 
-namespace {
-
-const TensorInfo& need(const TensorStore& st, const std::string& name, const std::vector<int64_t>& shape) {
-  const TensorInfo* t = st.find(name);
-  if (!t) throw Error("vision tower: checkpoint is missing tensor '" + name + "'");
-  if (t->shape != shape) {
-    std::string want = "[";
-    for (size_t i = 0; i < shape.size(); ++i) want += (i ? ", " : "") + std::to_string(shape[i]);
-    throw Error(name + ": shape " + t->shape_str() + ", expected " + want + "] from config.json");
-  }
-  return *t;
-}
-
-std::string find_prefix(const TensorStore& st, const std::vector<std::string>& candidates, const std::string& probe,
-                        const char* what) {
-  for (const std::string& p : candidates)
-    if (st.find(p + probe)) return p;
-  throw Error(std::string("this model has no vision tower (no ") + what + " tensors such as '" + candidates[0] + probe +
-              "')");
-}
-
-}  // namespace
-
 SiglipTower::SiglipTower(const VisionConfig& cfg, const TensorStore& st) : cfg_(cfg) {
   if (cfg.kind != TowerKind::Siglip) throw Error("internal: SiglipTower needs a Gemma 3 vision config");
-  const std::string V = find_prefix(st, {"vision_tower.vision_model.", "vision_tower.", "model.vision_tower."},
+  const std::string V = find_tensor_prefix(st, {"vision_tower.vision_model.", "vision_tower.", "model.vision_tower."},
                                     "embeddings.patch_embedding.weight", "vision_tower");
-  const std::string M = find_prefix(st, {"multi_modal_projector.", "model.multi_modal_projector."},
+  const std::string M = find_tensor_prefix(st, {"multi_modal_projector.", "model.multi_modal_projector."},
                                     "mm_input_projection_weight", "multi_modal_projector");
   const int64_t Hv = cfg.hidden, I = cfg.intermediate, ps = cfg.patch_size, H = cfg.text_hidden;
   const int64_t side = cfg.image_size / ps, P = side * side;
   auto mat = [&](const std::string& n, int64_t r, int64_t c) {
-    const TensorInfo& t = need(st, n, {r, c});
+    const TensorInfo& t = need_tensor(st, n, {r, c});
     bytes_ += t.nbytes;
     return ops::Weight{t.data, t.dtype, r, c};
   };
   auto vec = [&](const std::string& n, int64_t len) {
-    const TensorInfo& t = need(st, n, {len});
+    const TensorInfo& t = need_tensor(st, n, {len});
     bytes_ += t.nbytes;
     return Vec{t.data, t.dtype};
   };
   {
-    const TensorInfo& t = need(st, V + "embeddings.patch_embedding.weight", {Hv, 3, ps, ps});
+    const TensorInfo& t = need_tensor(st, V + "embeddings.patch_embedding.weight", {Hv, 3, ps, ps});
     bytes_ += t.nbytes;
     patch_ = ops::Weight{t.data, t.dtype, Hv, 3 * ps * ps};  // [out, (c, ky, kx)]
   }
@@ -80,7 +58,7 @@ SiglipTower::SiglipTower(const VisionConfig& cfg, const TensorStore& st) : cfg_(
   post_w_ = vec(V + "post_layernorm.weight", Hv);
   post_b_ = vec(V + "post_layernorm.bias", Hv);
   mm_norm_ = vec(M + "mm_soft_emb_norm.weight", Hv);
-  const TensorInfo& proj = need(st, M + "mm_input_projection_weight", {Hv, H});
+  const TensorInfo& proj = need_tensor(st, M + "mm_input_projection_weight", {Hv, H});
   bytes_ += proj.nbytes;
   std::vector<float> p(static_cast<size_t>(Hv * H));
   cpu::to_f32(proj.data, proj.dtype, p.size(), p.data());

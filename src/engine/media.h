@@ -1,0 +1,27 @@
+// Encoded images as the prompt carries them: the soft tokens of one image and where they go in a
+// token sequence (shared by Session and the server's scheduler).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace eg {
+
+/// An image encoded by the vision tower once, shared by every prompt that shows it.
+struct SessionImage {
+  uint64_t id = 0;          // unique in the process: KV reuse compares it per position
+  int n = 0;                // soft tokens
+  std::vector<float> soft;  // [n, H] f32 (the text model's hidden size)
+  bool bidirectional = false;  // Gemma 3: the n rows see each other during prefill
+};
+
+/// The image whose n soft tokens replace the placeholder ids at [begin, begin + n) of a prompt.
+struct MediaRun {
+  int begin = 0;
+  std::shared_ptr<const SessionImage> image;
+};
+
+/// A fresh SessionImage::id.
+uint64_t next_image_id();
+
+}  // namespace eg

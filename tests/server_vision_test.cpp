@@ -1,0 +1,167 @@
+// Images through `edgegemma serve`: OpenAI image_url parts with data: URLs (base64) on both
+// multimodal fixtures — the answer equals the Session's (whose ids equal transformers',
+// vision_session_test), whatever the part order, with no stale KV reuse between two images of the
+// same size on one slot — and the 400s: remote URLs (offline by design), other schemes, bad
+// base64, bad types, too many images, images outside user messages, a model without a vision
+// tower. The base64 encoder here is the test's own (RFC 4648), independent of the server's decoder.
+#include <gtest/gtest.h>
+
+#include "engine/session.h"
+#include "server/api_error.h"
+#include "server/image_input.h"
+#include "server_test_util.h"
+#include "vision/image.h"
+
+using nlohmann::json;
+using namespace egtest;
+
+namespace {
+
+std::string b64(const std::string& in) {
+  static const char* A = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
+    for (int k = 3; k >= 0; --k) out += A[(v >> (6 * k)) & 63];
+  }
+  if (i + 1 == in.size()) {
+    const uint32_t v = uint8_t(in[i]) << 16;
+    out += A[(v >> 18) & 63];
+    out += A[(v >> 12) & 63];
+    out += "==";
+  } else if (i + 2 == in.size()) {
+    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
+    out += A[(v >> 18) & 63];
+    out += A[(v >> 12) & 63];
+    out += A[(v >> 6) & 63];
+    out += '=';
+  }
+  return out;
+}
+
+std::string data_url(const std::string& file, const std::string& mime) {
+  return "data:" + mime + ";base64," + b64(read_file(file));
+}
+
+json image_part(const std::string& url) { return {{"type", "image_url"}, {"image_url", {{"url", url}}}}; }
+
+json request(json content, int max_tokens = 16) {
+  return {{"messages", json::array({{{"role", "user"}, {"content", std::move(content)}}})},
+          {"max_tokens", max_tokens},
+          {"temperature", 0},
+          {"ignore_eos", true}};
+}
+
+eg::server::ServerOptions opts(int prefill_chunk = 256) {
+  eg::server::ServerOptions o;
+  o.scheduler.slots = 1;
+  o.scheduler.context_tokens = 1024;
+  o.scheduler.kv.type = eg::KVType::F32;
+  o.scheduler.prefill_chunk = prefill_chunk;
+  o.max_body_bytes = 8 << 20;
+  return o;
+}
+
+// The Session's answer to one image + "Describe this." (the reference of the server's answer).
+std::pair<std::string, int> session_answer(const std::string& model_dir, const std::string& image, int n) {
+  eg::SessionOptions so;
+  so.kv.type = eg::KVType::F32;
+  so.context_tokens = 1024;
+  so.ignore_eos = true;
+  eg::Session s(shared_model(model_dir), so);
+  s.add_image(eg::vision::load_image_file(image));
+  eg::GenerateParams g;
+  g.max_new_tokens = n;
+  const eg::TurnResult r = s.chat("Describe this.", g);
+  return {r.text, r.stats.prompt_tokens};
+}
+
+}  // namespace
+
+TEST(ServerVision, ImageUrlDataMatchesTheSession) {
+  for (const std::string name : {"tiny-gemma4-mm", "tiny-gemma3-vision"}) {
+    SCOPED_TRACE(name);
+    const std::string M = shared_dir() + "/models/" + name;
+    // Small prefill chunks: a Gemma 3 image block (16 rows) must still be prefilled as one.
+    TestServer s(M, opts(5));
+    const std::string shapes = M + "/inputs/img_shapes_640x480.jpg", rgba = M + "/inputs/img_rgba_256x192.png";
+    const auto want = session_answer(M, shapes, 16);
+    for (const bool text_first : {false, true}) {  // the message's images go before its text either way
+      json content = json::array();
+      if (text_first) content.push_back({{"type", "text"}, {"text", "Describe this."}});
+      content.push_back(image_part(data_url(shapes, "image/jpeg")));
+      if (!text_first) content.push_back({{"type", "text"}, {"text", "Describe this."}});
+      auto [st, body] = s.post("/v1/chat/completions", request(content));
+      ASSERT_EQ(st, 200) << body.dump();
+      EXPECT_EQ(content_of(body), want.first);
+      EXPECT_EQ(body["usage"]["prompt_tokens"], want.second);
+    }
+    // Another image of the same size on the same slot: its own answer, not the previous KV.
+    const auto want2 = session_answer(M, rgba, 16);
+    auto [st, body] = s.post("/v1/chat/completions",
+                             request(json::array({image_part(data_url(rgba, "image/png")),
+                                                  {{"type", "text"}, {"text", "Describe this."}}})));
+    ASSERT_EQ(st, 200) << body.dump();
+    EXPECT_EQ(content_of(body), want2.first);
+    // Streaming works with images too.
+    const auto events = s.stream("/v1/chat/completions",
+                                 [&] {
+                                   json r = request(json::array({image_part(data_url(rgba, "image/png")),
+                                                                 {{"type", "text"}, {"text", "Describe this."}}}));
+                                   r["stream"] = true;
+                                   return r;
+                                 }());
+    EXPECT_EQ(joined_deltas(events), want2.first);
+  }
+}
+
+TEST(ServerVision, BadImagesAre400) {
+  const std::string M = shared_dir() + "/models/tiny-gemma4-mm";
+  TestServer s(M, opts());
+  const std::string png = M + "/inputs/img_gradient_224x224.png";
+  auto expect_400 = [&](const json& content, const std::string& what, const char* role = "user") {
+    json r = request(content);
+    r["messages"][0]["role"] = role;
+    auto [st, body] = s.post("/v1/chat/completions", r);
+    EXPECT_EQ(st, 400) << what << ": " << body.dump();
+    EXPECT_NE(body.dump().find(what), std::string::npos) << body.dump();
+  };
+  expect_400(json::array({image_part("https://example.com/cat.png")}), "offline by design");
+  expect_400(json::array({image_part("http://example.com/cat.png")}), "offline by design");
+  expect_400(json::array({image_part("file:///etc/passwd")}), "must be a data: URL");
+  expect_400(json::array({image_part("data:image/png,rawbytes")}), "must be base64");
+  expect_400(json::array({image_part("data:image/tiff;base64,AAAA")}), "unsupported image type");
+  expect_400(json::array({image_part("data:image/png;base64,@@@@")}), "invalid base64");
+  expect_400(json::array({image_part("data:image/png;base64," + b64(std::string(200, 'x')))}), "not an image");
+  const std::string bytes = read_file(png);
+  expect_400(json::array({image_part("data:image/png;base64," + b64(bytes.substr(0, bytes.size() / 2)))}), "image");
+  expect_400(json::array({{{"type", "image_url"}}}), "needs 'image_url'");
+  json nine = json::array();
+  for (int i = 0; i < 9; ++i) nine.push_back(image_part(data_url(png, "image/png")));
+  expect_400(nine, "too many images");
+  expect_400(json::array({image_part(data_url(png, "image/png"))}), "only accepted in user messages", "system");
+  // The server still answers afterwards.
+  auto [st, body] = s.post("/v1/chat/completions", request(json::array({image_part(data_url(png, "image/png"))}), 4));
+  EXPECT_EQ(st, 200) << body.dump();
+}
+
+TEST(ServerVision, TextOnlyModelSaysSo) {
+  TestServer s(shared_dir() + "/models/tiny-gemma3", opts());
+  const std::string png = shared_dir() + "/models/tiny-gemma4-mm/inputs/img_gradient_224x224.png";
+  auto [st, body] = s.post("/v1/chat/completions", request(json::array({image_part(data_url(png, "image/png"))})));
+  EXPECT_EQ(st, 400);
+  EXPECT_NE(body.dump().find("this model has no vision tower"), std::string::npos) << body.dump();
+}
+
+TEST(ServerVision, DataUrlDecoding) {
+  using eg::server::base64_decode;
+  EXPECT_EQ(base64_decode(b64("hello!?"), 100), std::vector<uint8_t>({'h', 'e', 'l', 'l', 'o', '!', '?'}));
+  EXPECT_EQ(base64_decode("aGk", 100), std::vector<uint8_t>({'h', 'i'}));  // unpadded
+  EXPECT_THROW(base64_decode("aGk=x", 100), eg::Error);
+  EXPECT_THROW(base64_decode("a", 100), eg::Error);
+  EXPECT_THROW(base64_decode(b64(std::string(101, 'z')), 100), eg::Error);  // over the size limit
+  const std::string png = shared_dir() + "/models/tiny-gemma4-mm/inputs/img_gradient_224x224.png";
+  EXPECT_THROW(eg::server::image_from_url(data_url(png, "image/png"), "p", 1000), eg::server::ApiError);
+  EXPECT_EQ(eg::server::image_from_url(data_url(png, "IMAGE/PNG"), "p").width, 224);
+}
