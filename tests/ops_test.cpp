@@ -193,6 +193,21 @@ TEST(GeluSoftcap, GeluEdgesMatchDoubleReference) {
   }
 }
 
+// The vector soft-cap (expm1 form) near 0, at the cap and far beyond it, and in the tail lanes.
+TEST(GeluSoftcap, SoftcapEdgesMatchDoubleReference) {
+  std::vector<float> x = {0.0f, 1e-30f, -1e-30f, 1e-6f, -1e-6f, 0.3f, -0.3f, 29.0f, 30.0f, -30.0f, 150.0f, -150.0f,
+                          1e6f, -1e6f, 3e38f, -3e38f, 7.5f};
+  for (size_t n : {x.size(), size_t{3}, size_t{1}}) {
+    std::vector<float> y = x;
+    eg::ops::softcap(y.data(), static_cast<int64_t>(n), 30.0f);
+    for (size_t i = 0; i < n; ++i) {
+      const double ref = 30.0 * std::tanh(static_cast<double>(x[i]) / 30.0);
+      EXPECT_TRUE(std::isfinite(y[i])) << x[i];
+      EXPECT_NEAR(y[i], ref, 4e-7 * std::abs(ref) + 1e-37) << "x " << x[i];
+    }
+  }
+}
+
 // Attention over a cache of n_pos positions with GQA, sliding window and soft-cap.
 TEST(Attention, MatchesDoubleReference) {
   const int64_t H = 6, KVH = 2, D = 13, n_pos = 41;

@@ -64,9 +64,7 @@ void rope(float* x, int64_t T, int64_t heads, int64_t head_dim, int64_t rot_dims
   }
 }
 
-void softcap(float* x, int64_t n, float cap) {
-  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
-}
+void softcap(float* x, int64_t n, float cap) { cpu::softcap(x, static_cast<size_t>(n), cap); }
 
 void softmax(float* x, int64_t n) {
   float m = -std::numeric_limits<float>::infinity();

@@ -42,6 +42,29 @@ void GeluTanhMul(const float* HWY_RESTRICT gate, const float* HWY_RESTRICT up, s
   for (; i < n; ++i) out[i] = GeluScalar(gate[i]) * up[i];
 }
 
+// x = cap·tanh(x/cap), tanh(y) = expm1(2y) / (expm1(2y) + 2) (no cancellation near 0), with
+// |2y| capped at 20 where tanh is ±1 to within f32 rounding.
+HWY_INLINE float SoftcapScalar(float x, float cap, float inv_cap) {
+  const float t = std::clamp(2.0f * (x * inv_cap), -20.0f, 20.0f);
+  const float e = std::expm1(t);
+  return cap * (e / (e + 2.0f));
+}
+
+void Softcap(float* HWY_RESTRICT x, size_t n, float cap) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const float inv_cap = 1.0f / cap;
+  const auto vcap = hn::Set(d, cap), vinv = hn::Set(d, inv_cap), two = hn::Set(d, 2.0f);
+  const auto lo = hn::Set(d, -20.0f), hi = hn::Set(d, 20.0f);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    const auto t = hn::Min(hn::Max(hn::Mul(two, hn::Mul(hn::LoadU(d, x + i), vinv)), lo), hi);
+    const auto e = hn::Expm1(d, t);
+    hn::StoreU(hn::Mul(vcap, hn::Div(e, hn::Add(e, two))), d, x + i);
+  }
+  for (; i < n; ++i) x[i] = SoftcapScalar(x[i], cap, inv_cap);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace eg::cpu
 HWY_AFTER_NAMESPACE();
@@ -49,6 +72,9 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace eg::cpu {
 HWY_EXPORT(GeluTanhMul);
+HWY_EXPORT(Softcap);
+
+void softcap(float* x, size_t n, float cap) { HWY_DYNAMIC_DISPATCH(Softcap)(x, n, cap); }
 
 void gelu_tanh_mul(const float* gate, const float* up, size_t n, float* out) {
   HWY_DYNAMIC_DISPATCH(GeluTanhMul)(gate, up, n, out);

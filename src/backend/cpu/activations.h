@@ -11,4 +11,9 @@ namespace eg::cpu {
 /// Element-wise: the value of an element does not depend on n or on how the rows are split.
 void gelu_tanh_mul(const float* gate, const float* up, size_t n, float* out);
 
+/// x[i] = cap·tanh(x[i]/cap) in place (soft-capping), tanh computed as expm1(2y)/(expm1(2y) + 2)
+/// with Highway's vector expm1 (a few ulp from libm's tanhf; |2y| capped at 20, where tanh is ±1
+/// in f32). cap > 0. Element-wise.
+void softcap(float* x, size_t n, float cap);
+
 }  // namespace eg::cpu
