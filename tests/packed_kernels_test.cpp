@@ -175,6 +175,65 @@ TEST(PackedKernels, ShapesWithoutALayoutAreRefused) {
   EXPECT_THROW(eg::cpu::pack_groups(DType::Q4_0, src.data(), 20, 64, 0, 1, dst.data()), eg::Error);
 }
 
+// F16 / BF16 packed weights: the machine kernel equals the scalar fma-chain reference bit for
+// bit; ops::matmul with them is within f32 dot-product rounding of a float64 reference, and does
+// not depend on T or the thread count.
+std::vector<uint8_t> half_weights(DType t, int64_t N, int64_t K, uint32_t seed, std::vector<double>* w64) {
+  const auto x = randn(static_cast<size_t>(N * K), seed, 0.05f);
+  std::vector<uint8_t> q(static_cast<size_t>(N * K) * 2);
+  w64->resize(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    uint16_t h = t == DType::F16 ? eg::f32_to_f16(x[i]) : eg::f32_to_bf16(x[i]);
+    std::memcpy(q.data() + 2 * i, &h, 2);
+    (*w64)[i] = t == DType::F16 ? eg::f16_to_f32(h) : eg::bf16_to_f32(h);
+  }
+  return q;
+}
+
+TEST(PackedKernels, FloatLayoutsMatchReferenceAndFloat64) {
+  for (DType t : {DType::F16, DType::BF16}) {
+    if (!eg::cpu::packed_available(t)) GTEST_SKIP() << "no packed kernel on this machine";
+    const int64_t N = 96, K = 192;
+    std::vector<double> w64;
+    const auto q = half_weights(t, N, K, 51, &w64);
+    const auto p = packed_copy(t, q, N, K);
+    std::vector<uint8_t> row(2 * K);
+    for (int64_t n = 0; n < N; ++n) {
+      eg::cpu::unpack_row(t, p.data(), N, K, n, row.data());
+      ASSERT_EQ(std::memcmp(row.data(), q.data() + n * 2 * K, 2 * K), 0) << n;
+    }
+    eg::ops::Weight W{q.data(), t, N, K};
+    W.packed = p.data();
+    for (int64_t T : {1, 3, 8, 11}) {
+      const auto x = randn(static_cast<size_t>(T * K), 60 + static_cast<uint32_t>(T), 1.0f);
+      std::vector<float> ref(T * N), got(T * N);
+      eg::cpu::packed_gemm_float_reference(t, p.data(), K, 0, N, x.data(), T, ref.data(), N);
+      eg::cpu::packed_gemm_float(t, p.data(), K, 0, N, x.data(), T, got.data(), N);
+      ASSERT_EQ(std::memcmp(ref.data(), got.data(), ref.size() * sizeof(float)), 0) << eg::dtype_name(t) << " T " << T;
+      for (int threads : {1, 2}) {
+        eg::cpu::set_num_threads(threads);
+        eg::ops::matmul(x.data(), T, W, got.data());
+        ASSERT_EQ(std::memcmp(ref.data(), got.data(), ref.size() * sizeof(float)), 0) << "matmul T " << T;
+      }
+      eg::cpu::set_num_threads(0);
+      for (int64_t i = 0; i < T; ++i)
+        for (int64_t n = 0; n < N; ++n) {
+          double r = 0, mag = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            r += w64[n * K + k] * x[i * K + k];
+            mag += std::fabs(w64[n * K + k] * x[i * K + k]);
+          }
+          ASSERT_NEAR(got[i * N + n], r, 1e-6 * mag + 1e-12) << eg::dtype_name(t) << " t " << i << " n " << n;
+        }
+    }
+    const auto x3 = randn(static_cast<size_t>(3 * K), 61, 1.0f);
+    std::vector<float> y1(N), y3(3 * N);
+    eg::ops::matmul(x3.data(), 1, W, y1.data());
+    eg::ops::matmul(x3.data(), 3, W, y3.data());
+    ASSERT_EQ(std::memcmp(y1.data(), y3.data(), N * sizeof(float)), 0) << "T = 1 vs T = 3, " << eg::dtype_name(t);
+  }
+}
+
 // End to end: the packed model (LoadedModel::load packs) against the same file unpacked.
 TEST(PackedKernels, ModelLogitsArePackedInvariant) {
   for (const char* name : {"tiny-gemma3-q4_0.gguf", "tiny-gemma3-q8_0.gguf"}) {

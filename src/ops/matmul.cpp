@@ -114,7 +114,9 @@ void matmul_fused(const float* x, int64_t T, std::initializer_list<MatmulOut> ou
     const Part& p = parts[pi];
     const Weight& W = *p.W;
     const int64_t n0 = (task - p.first_task) * p.chunk, n1 = std::min(W.rows, n0 + p.chunk);
-    if (p.acts < 0) {
+    if (p.acts < 0 && p.packed) {
+      cpu::packed_gemm_float(W.dtype, W.packed, K, n0, n1, x, T, p.y, W.rows);
+    } else if (p.acts < 0) {
       float_rows(x, T, W, n0, n1, p.y);
     } else if (p.packed) {
       const ActSet& a = acts[p.acts];

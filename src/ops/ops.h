@@ -21,8 +21,9 @@ struct Weight {
   int64_t rows = 0;
   int64_t cols = 0;
   /// The CPU backend's interleaved copy of the same weight (backend/cpu/packed.h), made at load
-  /// (model/cpu_repack.h), or nullptr. When set, matmul reads it instead of `data`; results are
-  /// bit-identical either way.
+  /// (model/cpu_repack.cpp), or nullptr. When set, matmul reads it instead of `data`; results are
+  /// bit-identical either way for block-quantized weights, and for F16/BF16 they are the packed
+  /// layout's own fma order (packed.h), again independent of T, batching and threads.
   const void* packed = nullptr;
 };
 

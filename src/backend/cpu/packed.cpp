@@ -16,6 +16,9 @@ namespace eg::cpu {
 bool packed_avx512_supported();
 void packed_gemm_avx512(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1, const void* acts,
                         size_t a_row_bytes, int64_t T, float* y, int64_t ldy);
+bool packed_float_avx512_supported();
+void packed_gemm_float_avx512(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1, const float* x,
+                              int64_t T, float* y, int64_t ldy);
 
 namespace {
 
@@ -26,7 +29,16 @@ size_t column_bytes(DType t) {  // bytes of one block column of a 16-row group
   return t == DType::Q4_0 ? kPackRows * sizeof(BlockQ4_0) : kPackRows * sizeof(BlockQ8_0);
 }
 
-bool has_layout(DType t) { return t == DType::Q4_0 || t == DType::Q8_0; }
+bool is_float_layout(DType t) { return t == DType::F16 || t == DType::BF16; }
+bool has_layout(DType t) { return t == DType::Q4_0 || t == DType::Q8_0 || is_float_layout(t); }
+
+float half_to_f32(DType t, uint16_t h) {
+  if (t == DType::F16) return f16_to_f32(h);
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 
 bool repack_enabled() {
   const char* e = std::getenv("EDGEGEMMA_REPACK");
@@ -65,12 +77,15 @@ bool packable(DType t, int64_t rows, int64_t cols) {
 
 bool packed_available(DType t) {
   static const bool machine = packed_avx512_supported();
+  static const bool machine_float = packed_float_avx512_supported();
   static const bool enabled = repack_enabled();
-  return has_layout(t) && machine && enabled;
+  if (!enabled || !has_layout(t)) return false;
+  return is_float_layout(t) ? machine_float : machine;
 }
 
 size_t packed_bytes(DType t, int64_t rows, int64_t cols) {
   if (!has_layout(t)) return 0;
+  if (is_float_layout(t)) return static_cast<size_t>(rows) * static_cast<size_t>(cols) * 2;
   return static_cast<size_t>(rows / kPackRows) * static_cast<size_t>(cols / 32) * column_bytes(t);
 }
 
@@ -81,6 +96,16 @@ void pack_groups(DType t, const void* src, int64_t rows, int64_t cols, int64_t g
   const int64_t nb = cols / 32;
   const size_t row_bytes = dtype_row_bytes(t, cols);
   const auto* s = static_cast<const uint8_t*>(src);
+  if (is_float_layout(t)) {  // [group][k][16 rows] of 2-byte values
+    auto* d = static_cast<uint16_t*>(dst);
+    for (int64_t g = g0; g < g1; ++g)
+      for (int r = 0; r < kPackRows; ++r) {
+        const auto* row = reinterpret_cast<const uint16_t*>(s + static_cast<size_t>(g * kPackRows + r) * row_bytes);
+        uint16_t* out = d + static_cast<size_t>(g) * cols * kPackRows + r;
+        for (int64_t k = 0; k < cols; ++k) out[k * kPackRows] = row[k];
+      }
+    return;
+  }
   for (int64_t g = g0; g < g1; ++g) {
     for (int64_t b = 0; b < nb; ++b) {
       auto* col = const_cast<uint8_t*>(column(t, dst, cols, g, b));
@@ -109,6 +134,12 @@ void unpack_row(DType t, const void* packed, int64_t rows, int64_t cols, int64_t
   if (!packable(t, rows, cols) || n < 0 || n >= rows) throw Error("unpack_row: bad weight or row");
   const int64_t nb = cols / 32, g = n / kPackRows;
   const int r = static_cast<int>(n % kPackRows);
+  if (is_float_layout(t)) {
+    const auto* in = static_cast<const uint16_t*>(packed) + static_cast<size_t>(g) * cols * kPackRows + r;
+    auto* out = static_cast<uint16_t*>(out_row);
+    for (int64_t k = 0; k < cols; ++k) out[k] = in[k * kPackRows];
+    return;
+  }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* col = column(t, packed, cols, g, b);
     if (t == DType::Q4_0) {
@@ -142,6 +173,23 @@ void packed_gemm_reference(DType t, const void* packed, int64_t K, int64_t n0, i
       y[t_ * ldy + n] = acc;
     }
   }
+}
+
+void packed_gemm_float_reference(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1, const float* x,
+                                 int64_t T, float* y, int64_t ldy) {
+  const auto* w = static_cast<const uint16_t*>(packed);
+  for (int64_t t_ = 0; t_ < T; ++t_)
+    for (int64_t n = n0; n < n1; ++n) {
+      const uint16_t* col = w + static_cast<size_t>(n / kPackRows) * K * kPackRows + n % kPackRows;
+      float acc = 0.0f;
+      for (int64_t k = 0; k < K; ++k) acc = std::fma(half_to_f32(t, col[k * kPackRows]), x[t_ * K + k], acc);
+      y[t_ * ldy + n] = acc;
+    }
+}
+
+void packed_gemm_float(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1, const float* x, int64_t T,
+                       float* y, int64_t ldy) {
+  packed_gemm_float_avx512(t, packed, K, n0, n1, x, T, y, ldy);
 }
 
 void packed_gemm(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1, const void* acts,

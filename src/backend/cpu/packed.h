@@ -16,12 +16,18 @@
 //   Q8_0x16: per group, per block b: 16 × f16 scales (32 bytes), then 8 chunks of 64 bytes;
 //            chunk j holds, for row r, bytes 4r..4r+3 = q(r, 4j+i) + 128 (as u8; q the int8 code).
 //            544 bytes = 16 × sizeof(BlockQ8_0).
-// Group g starts at byte g · (K/32) · (bytes per block column).
+//   F16x16 / BF16x16: per group, per column k: the 16 rows' values (32 bytes), k = 0 .. K-1.
+// Group g starts at byte g · (K/32) · (bytes per block column) (float layouts: g · K · 32).
 //
 // Arithmetic (identical to the row kernels in quant_kernels.cpp, so a packed and an unpacked
 // weight give bit-identical results): per block, the exact int32 sum Σ q_w·q_x (with the −8·Σq_x
 // or −128·Σq_x offset applied in integers), then acc = fma(d_w·d_x, float(isum), acc) over the
 // blocks in order, starting from 0.
+// Float layouts (F16x16, BF16x16) multiply the f32 activations by the exactly converted weights
+// with one fma chain per output over k = 0 .. K-1 in order (acc = fma(w_k, x_k, acc) from 0); this
+// differs in rounding from the unpacked dot (kernels.h, two vector accumulators), so a float
+// weight's results are the same for every T, batching and thread count, packed or not, but a
+// packed and an unpacked copy of it are not bit-identical (both are f32 dot products).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -58,6 +64,15 @@ void unpack_row(DType t, const void* packed, int64_t rows, int64_t cols, int64_t
 /// unpacked weight. Only call when packed_available(t).
 void packed_gemm(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1, const void* acts,
                  size_t a_row_bytes, int64_t T, float* y, int64_t ldy);
+
+/// F16/BF16 packed weights: y[t·ldy + n] = Σ_k w[n,k]·x[t·K + k] (f32 x [T, K]) for n in [n0, n1)
+/// (multiples of 16), in the fma order above. Only call when packed_available(t).
+void packed_gemm_float(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1, const float* x,
+                       int64_t T, float* y, int64_t ldy);
+
+/// The scalar reference of packed_gemm_float.
+void packed_gemm_float_reference(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1,
+                                 const float* x, int64_t T, float* y, int64_t ldy);
 
 /// The scalar reference of packed_gemm (any machine): reads the packed layout element by element.
 void packed_gemm_reference(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1,

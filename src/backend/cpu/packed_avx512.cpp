@@ -1,4 +1,5 @@
-// AVX-512 VNNI kernels for the packed Q4_0x16 / Q8_0x16 layouts (packed.h).
+// AVX-512 VNNI kernels for the packed Q4_0x16 / Q8_0x16 layouts, and AVX-512F kernels for the
+// F16x16 / BF16x16 layouts (packed.h).
 //
 // One zmm lane per weight row: a 64-byte load of a packed chunk gives 4 codes of each of 16 rows,
 // `vpdpbusd` multiplies them (u8) by 4 activation codes (s8, one broadcast dword) and adds into
@@ -17,6 +18,8 @@
 #include "backend/cpu/packed.h"
 
 #if defined(__x86_64__)
+// GCC 12 warns about the _mm512_undefined_* inside its own AVX-512 conversion intrinsics.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 #define EG_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
 #endif
@@ -156,7 +159,95 @@ void gemm(const void* packed, int64_t K, int64_t n0, int64_t n1, const void* act
   }
 }
 
+// ---- F16x16 / BF16x16 (packed.h): one fma chain per output over k in order ----
+
+#define EG_AVX512F __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+
+template <bool kBF16>
+EG_AVX512F inline __m512 load_col(const uint16_t* p) {  // the 16 rows' weights of one column k
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  if constexpr (kBF16) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  } else {
+    return _mm512_cvtph_ps(h);
+  }
+}
+
+// Prefill: one group × C tokens (C ≤ 8): acc[c] = fma(w_k, x[c][k], acc[c]) for k = 0 .. K-1.
+template <bool kBF16, int C>
+EG_AVX512F void float_tile_tokens(const uint16_t* P, int64_t K, const float* const* x, float* const* y) {
+  __m512 acc[C];
+  for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    const __m512 w = load_col<kBF16>(P + k * kPackRows);
+    for (int c = 0; c < C; ++c) acc[c] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[c][k]), acc[c]);
+  }
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(y[c], acc[c]);
+}
+
+// Decode: G groups (group stride gs elements) × 1 token.
+template <bool kBF16, int G>
+EG_AVX512F void float_tile_groups(const uint16_t* P, size_t gs, int64_t K, const float* x, float* y) {
+  __m512 acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < K; ++k) {
+    const __m512 xv = _mm512_set1_ps(x[k]);
+    for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(load_col<kBF16>(P + g * gs + k * kPackRows), xv, acc[g]);
+  }
+  for (int g = 0; g < G; ++g) _mm512_storeu_ps(y + 16 * g, acc[g]);
+}
+
+template <bool kBF16>
+void float_gemm(const void* packed, int64_t K, int64_t n0, int64_t n1, const float* x, int64_t T, float* y,
+                int64_t ldy) {
+  const size_t gs = static_cast<size_t>(K) * kPackRows;  // elements per 16-row group
+  const auto* base = static_cast<const uint16_t*>(packed);
+  const int64_t g0 = n0 / kPackRows, g1 = n1 / kPackRows;
+  if (T == 1) {
+    int64_t g = g0;
+    for (; g + 4 <= g1; g += 4) float_tile_groups<kBF16, 4>(base + g * gs, gs, K, x, y + g * kPackRows);
+    for (; g < g1; ++g) float_tile_groups<kBF16, 1>(base + g * gs, gs, K, x, y + g * kPackRows);
+    return;
+  }
+  constexpr int64_t kTok = 8;
+  for (int64_t t0 = 0; t0 < T; t0 += kTok) {
+    const int C = static_cast<int>(T - t0 < kTok ? T - t0 : kTok);
+    const float* xr[kTok];
+    for (int c = 0; c < C; ++c) xr[c] = x + (t0 + c) * K;
+    for (int64_t g = g0; g < g1; ++g) {
+      float* yr[kTok];
+      for (int c = 0; c < C; ++c) yr[c] = y + (t0 + c) * ldy + g * kPackRows;
+      const uint16_t* P = base + g * gs;
+      switch (C) {
+        case 8: float_tile_tokens<kBF16, 8>(P, K, xr, yr); break;
+        case 7: float_tile_tokens<kBF16, 7>(P, K, xr, yr); break;
+        case 6: float_tile_tokens<kBF16, 6>(P, K, xr, yr); break;
+        case 5: float_tile_tokens<kBF16, 5>(P, K, xr, yr); break;
+        case 4: float_tile_tokens<kBF16, 4>(P, K, xr, yr); break;
+        case 3: float_tile_tokens<kBF16, 3>(P, K, xr, yr); break;
+        case 2: float_tile_tokens<kBF16, 2>(P, K, xr, yr); break;
+        default: float_tile_tokens<kBF16, 1>(P, K, xr, yr); break;
+      }
+    }
+  }
+}
+
 }  // namespace
+
+bool packed_float_avx512_supported() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+
+void packed_gemm_float_avx512(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1, const float* x,
+                              int64_t T, float* y, int64_t ldy) {
+  if (t == DType::BF16) {
+    float_gemm<true>(packed, K, n0, n1, x, T, y, ldy);
+  } else {
+    float_gemm<false>(packed, K, n0, n1, x, T, y, ldy);
+  }
+}
 
 bool packed_avx512_supported() {
   __builtin_cpu_init();
@@ -177,6 +268,12 @@ void packed_gemm_avx512(DType t, const void* packed, int64_t K, int64_t n0, int6
 #else  // no x86: the portable reference (packing is never chosen: packed_avx512_supported is false)
 
 bool packed_avx512_supported() { return false; }
+bool packed_float_avx512_supported() { return false; }
+
+void packed_gemm_float_avx512(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1, const float* x,
+                              int64_t T, float* y, int64_t ldy) {
+  packed_gemm_float_reference(t, packed, K, n0, n1, x, T, y, ldy);
+}
 
 void packed_gemm_avx512(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1, const void* acts,
                         size_t a_row_bytes, int64_t T, float* y, int64_t ldy) {
