@@ -129,6 +129,25 @@ TEST(CudaExecutor, TinyGemma3Q8_0MatchesTheCpu) { check_model("tiny-gemma3", "ti
 TEST(CudaExecutor, TinyGemma3Q8_0MatchesTheCpuF32Kv) { check_model("tiny-gemma3", "tiny-gemma3-q8_0.gguf", KVType::F32); }
 TEST(CudaExecutor, TinyGemma2Q8_0MatchesTheCpu) { check_model("tiny-gemma2", "tiny-gemma2-q8_0.gguf", KVType::F16); }
 TEST(CudaExecutor, TinyGemma2Q8_0MatchesTheCpuBf16Kv) { check_model("tiny-gemma2", "tiny-gemma2-q8_0.gguf", KVType::BF16); }
+// The step of separate kernels (EG_CUDA_FUSED=0, read when the executor is made), kept for comparisons.
+TEST(CudaExecutor, UnfusedStepMatchesTheCpu) {
+  setenv("EG_CUDA_FUSED", "0", 1);
+  check_model("tiny-gemma2", "tiny-gemma2-q8_0.gguf", KVType::F16);
+  check_model("tiny-gemma3", "tiny-gemma3-q8_0.gguf", KVType::F16);
+  unsetenv("EG_CUDA_FUSED");
+}
+// The fused step's alternatives for the attention and the down projection (EG_CUDA_ATTN=split,
+// EG_CUDA_DOWN=stage), read when the executor is made.
+TEST(CudaExecutor, FusedStepVariantsMatchTheCpu) {
+  setenv("EG_CUDA_DOWN", "stage", 1);
+  check_model("tiny-gemma2", "tiny-gemma2-q8_0.gguf", KVType::F16);
+  check_model("tiny-gemma3", "tiny-gemma3-q8_0.gguf", KVType::F16);
+  unsetenv("EG_CUDA_DOWN");
+  setenv("EG_CUDA_ATTN", "split", 1);
+  check_model("tiny-gemma2", "tiny-gemma2-q8_0.gguf", KVType::F16);
+  check_model("tiny-gemma3", "tiny-gemma3-q8_0.gguf", KVType::F16);
+  unsetenv("EG_CUDA_ATTN");
+}
 
 TEST(CudaExecutor, UnsupportedModelsAreRefusedAndAutoFallsBackToTheCpu) {
   // The Q4_0 files keep the embedding in Q6_K (llama.cpp's recipe for 256-wide rows); the f32

@@ -1,10 +1,13 @@
 // The CUDA step executor (cuda_executor.h): Gemma 2/3 dense decoders on GPU 0.
 //
 // Weights are uploaded once in the tiled layout (q|k|v and gate|up as one matrix each when their
-// dtypes match). One decode step of one sequence is one captured CUDA graph per (workspace, KV
-// cache): embedding → per layer [q/k/v matvec, q/k norm + RoPE + K/V write, split attention,
-// o matvec, residual + norms, gate|up matvec, GELU·mul, down matvec, residual + norms] → LM head
-// with argmax. The token and position are read from device memory (StepArgs), copied before each
+// dtypes match; gate|up interleaved for the fused step). One decode step of one sequence is one
+// captured CUDA graph per (workspace, KV cache). The fused step (default, fused.h): embedding →
+// per layer [q|k|v matvec on a residual + norm input stage, fused attention (q/k norm, RoPE, K/V
+// write, splits + combine), o matvec, gate|up matvec with GELU·up, quantize, down matvec] → LM
+// head on a residual + final-norm stage with argmax. EG_CUDA_FUSED=0: the step of separate
+// kernels (q/k/v matvec, q/k norm + RoPE + K/V write, split attention, o matvec, residual +
+// norms, gate|up matvec, GELU·mul, down matvec, residual + norms → LM head). The token and position are read from device memory (StepArgs), copied before each
 // launch. Prefill is a loop of decode steps (a GEMM prefill is a later step).
 //
 // KV: the device keeps contiguous [max_tokens, n_kv_heads, head_dim] K and V per layer in the
@@ -23,6 +26,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/decode_kernels.h"
+#include "backend/cuda/fused.h"
 #include "core/error.h"
 #include "ops/ops.h"
 
@@ -101,7 +105,7 @@ struct CudaWorkspace final : StepWorkspace {
   static constexpr int kGroups = 10;
   double group_ms[kGroups] = {};
   int64_t profiled_steps = 0;
-  gpu::DeviceBuffer args, x, h, act, qkv, q, attn, partial, proj, gu, g, logits, result;
+  gpu::DeviceBuffer args, x, x2, counters, h, act, qkv, q, attn, partial, proj, gu, g, logits, result;
   std::unique_ptr<gpu::Graph> graph;
   uint64_t graph_kv = 0;  // serial of the cache the graph was captured for
 };
@@ -115,7 +119,21 @@ class CudaExecutor final : public StepExecutor {
     const char* t = std::getenv("EG_CUDA_TIMING");
     timing_ = t && *t ? std::atoi(t) : 0;
     if (const char* k = std::getenv("EG_CUDA_SPLIT_KEYS")) split_keys_ = std::max(1, std::atoi(k));  // tuning
+    if (const char* k = std::getenv("EG_CUDA_SPLIT_MIN_KEYS")) split_min_keys_ = std::max(1, std::atoi(k));
     const ModelWeights& w = m.weights();
+    // The fused step (fused.h: 5 kernels per layer) needs stacked q|k|v and an interleaved
+    // gate|up; EG_CUDA_FUSED=0 keeps the step of separate kernels (for comparisons).
+    const char* fz = std::getenv("EG_CUDA_FUSED");
+    fused_ = !(fz && std::string(fz) == "0");
+    const char* at = std::getenv("EG_CUDA_ATTN");
+    attn_split_ = at && std::string(at) == "split";
+    const char* dn = std::getenv("EG_CUDA_DOWN");
+    down_quant_ = !(dn && std::string(dn) == "stage");
+    for (int li = 0; li < cfg_.n_layers && fused_; ++li) {
+      const LayerWeights& lw = w.layers[li];
+      fused_ = same_kind(lw.q, lw.k) && same_kind(lw.q, lw.v) && same_kind(lw.gate, lw.up) &&
+               lw.gate.rows % 4 == 0 && cfg_.layers[li].intermediate_size == lw.gate.rows;
+    }
     embed_ = upload(w.embed);
     final_norm_ = upload_norm(w.final_norm);
     embed_scale_ = embedding_scale(cfg_.hidden_size, DType::F32);
@@ -133,7 +151,10 @@ class CudaExecutor final : public StepExecutor {
       }
       d.o = upload(lw.o);
       d.gu_fused = same_kind(lw.gate, lw.up);
-      if (d.gu_fused) {
+      if (fused_) {
+        const std::string il = gpu::interleave_gate_up(lw.gate.data, lw.up.data, lw.gate.dtype, lw.gate.rows, lw.gate.cols);
+        d.gu = gpu::upload_weight(il.data(), lw.gate.dtype, 2 * lw.gate.rows, lw.gate.cols);
+      } else if (d.gu_fused) {
         d.gu = upload_stacked({&lw.gate, &lw.up});
       } else {
         d.gate = upload(lw.gate);
@@ -172,6 +193,9 @@ class CudaExecutor final : public StepExecutor {
     const int64_t act_k = std::max({H, max_q_, max_i_});
     ws->args = gpu::DeviceBuffer(sizeof(gpu::StepArgs));
     ws->x = gpu::DeviceBuffer(H * 4);
+    ws->x2 = gpu::DeviceBuffer(H * 4);
+    ws->counters = gpu::DeviceBuffer(static_cast<size_t>(cfg_.n_heads) * 4);
+    ws->counters.zero();
     ws->h = gpu::DeviceBuffer(H * 4);
     ws->act = gpu::DeviceBuffer(gpu::act_q8_bytes(act_k));
     ws->qkv = gpu::DeviceBuffer(max_qkv_ * 4);
@@ -295,7 +319,8 @@ class CudaExecutor final : public StepExecutor {
       if (!w.partial.data() || w.partial.bytes() < partial_bytes(st.max_tokens))
         w.partial = gpu::DeviceBuffer(partial_bytes(st.max_tokens));
       if (!w.timer) w.timer = std::make_unique<gpu::EventTimer>(w.stream);
-      enqueue_step(st, w, true);
+      if (fused_) enqueue_step_fused(st, w, true);
+      else enqueue_step(st, w, true);
       ++w.profiled_steps;
       kv.commit(pos + 1);
       return;
@@ -306,7 +331,8 @@ class CudaExecutor final : public StepExecutor {
       w.graph = std::make_unique<gpu::Graph>();
       w.graph->begin_capture(w.stream);
       try {
-        enqueue_step(st, w, false);
+        if (fused_) enqueue_step_fused(st, w, false);
+        else enqueue_step(st, w, false);
       } catch (...) {
         try { w.graph->end_capture(); } catch (...) {}
         w.graph.reset();
@@ -427,6 +453,109 @@ class CudaExecutor final : public StepExecutor {
     });
   }
 
+  gpu::QKVHeadArgs qkv_args(const LayerConfig& lc, const DevLayer& d, gpu::KVElem kv) const {
+    gpu::QKVHeadArgs qa;
+    qa.n_heads = cfg_.n_heads;
+    qa.n_kv_heads = lc.n_kv_heads;
+    qa.head_dim = lc.head_dim;
+    qa.rope_dims = lc.rope_dims;
+    qa.q_norm_dev = cfg_.qk_norm ? d.q_norm.as<const float>() : nullptr;
+    qa.k_norm_dev = cfg_.qk_norm ? d.k_norm.as<const float>() : nullptr;
+    qa.w_offset = cfg_.norm_offset;
+    qa.eps = cfg_.rms_norm_eps;
+    qa.inv_freq_dev = d.inv_freq.as<const float>();
+    qa.kv = kv;
+    return qa;
+  }
+  gpu::AttentionArgs attn_args(const LayerConfig& lc, gpu::KVElem kv, int n_splits) const {
+    gpu::AttentionArgs aa;
+    aa.n_heads = cfg_.n_heads;
+    aa.n_kv_heads = lc.n_kv_heads;
+    aa.head_dim = lc.head_dim;
+    aa.scale = cfg_.query_scale;
+    aa.softcap = cfg_.attn_softcap;
+    aa.window = lc.type == LayerType::Sliding ? cfg_.sliding_window : 0;
+    aa.n_splits = n_splits;
+    aa.kv = kv;
+    return aa;
+  }
+
+  // The fused step (fused.h): embed; per layer qkv (residual + input norm in its input stage),
+  // attention (q/k norm, RoPE, K/V write, splits and combine), o (quantize stage), gate|up
+  // (residual + post-attn norm + pre-ffw norm stage, GELU·up epilogue), quantize_act + down
+  // (or the down on a quantize stage: EG_CUDA_DOWN=stage); LM head (residual + post-ffw norm +
+  // final norm stage, argmax). 6 kernels per layer (5 with EG_CUDA_DOWN=stage). The residual alternates
+  // between x (read by qkv, written by gate|up) and x2 (the other way round).
+  void enqueue_step_fused(CudaKV& st, CudaWorkspace& w, bool prof) const {
+    const gpu::Stream& s = w.stream;
+    const float eps = cfg_.rms_norm_eps, off = cfg_.norm_offset;
+    const auto* args = w.args.as<const gpu::StepArgs>();
+    float* x = w.x.as<float>();
+    float* x2 = w.x2.as<float>();
+    float* proj = w.proj.as<float>();
+    const int n_splits = splits(st.max_tokens);
+    auto input = [&](const float* src) {
+      gpu::MatvecInput in;
+      in.src_dev = src;
+      in.w_offset = off;
+      in.eps = eps;
+      return in;
+    };
+    op(w, prof, 0, [&] { gpu::embed_row(s, embed_, args, embed_scale_, x, w.result.as<uint64_t>()); });
+    for (int li = 0; li < cfg_.n_layers; ++li) {
+      const LayerConfig& lc = cfg_.layers[li];
+      const DevLayer& d = layers_[li];
+      float* qkv = w.qkv.as<float>();
+      gpu::MatvecInput in_qkv = input(li == 0 ? x : proj);
+      if (li > 0) {
+        in_qkv.residual_dev = x2;
+        in_qkv.w_post_dev = layers_[li - 1].post_ffw_norm.as<const float>();
+        in_qkv.residual_out_dev = x;
+      }
+      in_qkv.w_norm_dev = d.input_norm.as<const float>();
+      op(w, prof, 1, [&] { gpu::matvec_fused(s, d.qkv, in_qkv, qkv); });
+      const gpu::QKVHeadArgs qa = qkv_args(lc, d, st.elem);
+      gpu::AttentionArgs aa = attn_args(lc, st.elem, n_splits);
+      if (attn_split_) {
+        // EG_CUDA_ATTN=split: qkv_heads + split attention + combine (which quantizes o's input).
+        const bool o_quant = is_quantized(d.o.dtype);
+        op(w, prof, 2, [&] { gpu::qkv_heads(s, qa, qkv, args, w.q.as<float>(), st.k[li].data(), st.v[li].data()); });
+        op(w, prof, 3, [&] {
+          gpu::attention_decode(s, aa, w.q.as<const float>(), st.k[li].data(), st.v[li].data(), args,
+                                w.partial.as<float>(), w.attn.as<float>(), o_quant ? w.act.data() : nullptr);
+        });
+        op(w, prof, 4, [&] { gpu::matvec(s, d.o, w.attn.as<const float>(), w.act.data(), proj); });
+      } else {
+        aa.split_min_keys = split_min_keys_;
+        op(w, prof, 3, [&] {
+          gpu::attention_fused(s, qa, aa, qkv, args, st.k[li].data(), st.v[li].data(), w.partial.as<float>(),
+                               w.counters.as<uint32_t>(), w.attn.as<float>());
+        });
+        op(w, prof, 4, [&] { gpu::matvec_fused(s, d.o, input(w.attn.as<const float>()), proj); });
+      }
+      gpu::MatvecInput in_gu = input(proj);
+      in_gu.residual_dev = x;
+      in_gu.w_post_dev = d.post_attn_norm.as<const float>();
+      in_gu.residual_out_dev = x2;
+      in_gu.w_norm_dev = d.pre_ffw_norm.as<const float>();
+      op(w, prof, 6, [&] { gpu::matvec_gelu_fused(s, d.gu, in_gu, w.g.as<float>()); });
+      if (down_quant_ && is_quantized(d.down.dtype)) {
+        // One parallel quantize launch instead of the per-CTA input stage (EG_CUDA_DOWN=stage).
+        op(w, prof, 7, [&] { gpu::quantize_act(s, w.g.as<const float>(), lc.intermediate_size, w.act.data()); });
+        op(w, prof, 8, [&] { gpu::matvec(s, d.down, nullptr, w.act.data(), proj); });
+      } else {
+        op(w, prof, 8, [&] { gpu::matvec_fused(s, d.down, input(w.g.as<const float>()), proj); });
+      }
+    }
+    gpu::MatvecInput in_lm = input(proj);
+    in_lm.residual_dev = x2;
+    in_lm.w_post_dev = layers_.back().post_ffw_norm.as<const float>();
+    in_lm.w_norm_dev = final_norm_.as<const float>();
+    op(w, prof, 9, [&] {
+      gpu::lm_head_argmax_fused(s, embed_, in_lm, cfg_.final_softcap, w.result.as<uint64_t>(), w.logits.as<float>());
+    });
+  }
+
   int splits(int max_tokens) const {
     // About split_keys_ keys per split at a full context (default 8: 2 per warp), at most ~4 CTAs
     // per multiprocessor in total.
@@ -443,6 +572,12 @@ class CudaExecutor final : public StepExecutor {
   std::string desc_;
   int sm_count_ = 1;
   int split_keys_ = 8;
+  int split_min_keys_ = 32;  // fused attention: keys per used split at least (EG_CUDA_SPLIT_MIN_KEYS)
+  bool fused_ = true;  // the fused step (EG_CUDA_FUSED=0: separate kernels)
+  bool attn_split_ = false;  // fused step with qkv_heads + split attention (EG_CUDA_ATTN=split)
+  // Fused step: quantize_act + plain down matvec (default; measured faster than the per-CTA input
+  // stage over 6912 values), or EG_CUDA_DOWN=stage for the fused down.
+  bool down_quant_ = true;
   int timing_ = 0;  // EG_CUDA_TIMING: 1 = GPU time per graph replay, 2 = eager per-kernel-group profile
   gpu::DeviceWeight embed_;
   gpu::DeviceBuffer final_norm_;

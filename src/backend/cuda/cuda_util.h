@@ -49,14 +49,15 @@ __device__ __forceinline__ void quantize_block_warp(float v, int lane, int64_t b
   if (lane == 0) meta[b] = make_int2(__float_as_int(d), sum);
 }
 
-/// Launches kernel k<<<grid, block, 0, st>>>(args...), with PDL when `pdl` (CUDA 12+ only).
+/// Launches kernel k<<<grid, block, smem, st>>>(args...), with PDL when `pdl` (CUDA 12+ only).
 template <class... P, class... A>
-void launch_kernel(void (*k)(P...), dim3 grid, dim3 block, cudaStream_t st, bool pdl, A&&... args) {
+void launch_kernel_smem(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, bool pdl, A&&... args) {
 #if CUDART_VERSION >= 12000
   if (pdl) {
     cudaLaunchConfig_t lc = {};
     lc.gridDim = grid;
     lc.blockDim = block;
+    lc.dynamicSmemBytes = smem;
     lc.stream = st;
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -69,9 +70,15 @@ void launch_kernel(void (*k)(P...), dim3 grid, dim3 block, cudaStream_t st, bool
   }
 #endif
   (void)pdl;
-  k<<<grid, block, 0, st>>>(std::forward<A>(args)...);
+  k<<<grid, block, smem, st>>>(std::forward<A>(args)...);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) fail(e, "kernel launch", __FILE__, __LINE__);
+}
+
+/// Launches kernel k<<<grid, block, 0, st>>>(args...), with PDL when `pdl` (CUDA 12+ only).
+template <class... P, class... A>
+void launch_kernel(void (*k)(P...), dim3 grid, dim3 block, cudaStream_t st, bool pdl, A&&... args) {
+  launch_kernel_smem(k, grid, block, 0, st, pdl, std::forward<A>(args)...);
 }
 
 /// The process-wide PDL switch (cuda_backend.h: set_programmatic_launch).

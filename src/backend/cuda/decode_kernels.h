@@ -23,8 +23,9 @@ struct StepArgs {
 enum class KVElem : int { F16 = 0, BF16 = 1, F32 = 2 };
 
 /// x_dev[0..H) = row args->token of the embedding E (tiled layout; any matvec dtype, dequantized
-/// as cpu::to_f32 does) · scale.
-void embed_row(const Stream& s, const DeviceWeight& E, const StepArgs* args_dev, float scale, float* x_dev);
+/// as cpu::to_f32 does) · scale. clear_dev (optional): a uint64 set to 0 (the fused LM head's result word).
+void embed_row(const Stream& s, const DeviceWeight& E, const StepArgs* args_dev, float scale, float* x_dev,
+               uint64_t* clear_dev = nullptr);
 
 /// Per-head work after the q/k/v matvec. qkv_dev = [q: nh·hd | k: nkv·hd | v: nkv·hd] (f32).
 /// q heads: rmsnorm(q_norm_dev) when non-null (w_offset + w, eps), RoPE at args->pos → q_out_dev.
@@ -54,6 +55,7 @@ struct AttentionArgs {
   int window = 0;
   int n_splits = 1;
   KVElem kv = KVElem::F16;
+  int split_min_keys = 1;  // attention_fused only: at least this many keys per used split (fused.h)
 };
 int64_t attention_partial_floats(int n_heads, int head_dim, int n_splits);
 void attention_decode(const Stream& s, const AttentionArgs& a, const float* q_dev, const void* k_cache_dev,

@@ -1,5 +1,6 @@
-// Batch-1 matvec y = W·x over the tiled weight layout (cuda_backend.h), and the fused LM head
-// (matvec + soft-cap + argmax).
+// Batch-1 matvec y = W·x over the tiled weight layout (cuda_backend.h), the fused LM head
+// (matvec + soft-cap + argmax), and the fused variants of fused.h (an input stage that builds the
+// activation in shared memory: residual + norms + quantization; a GELU·up epilogue).
 //
 // Work split: a warp owns one tile of 8 rows (or one K-slice of it, when `wk` warps share a
 // tile); lane = 8·s + r reads chunk c of row r for c ≡ s (mod 4), so each load instruction of a
@@ -21,6 +22,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_util.h"
+#include "backend/cuda/fused.h"
 
 namespace eg::cuda {
 namespace {
@@ -53,7 +55,22 @@ struct Args {
   int wk = 1;                         // warps per tile (1, 2, 4, 8)
   float softcap = 0.0f;
   unsigned long long* result = nullptr;  // argmax key (lm head)
+  // Input stage (fused kernels, fused.h): the activation is built in shared memory from these.
+  const float* in_p = nullptr;
+  const float* in_r = nullptr;
+  const float* in_w_post = nullptr;
+  float* in_r_out = nullptr;
+  const float* in_w_norm = nullptr;
+  float in_off = 1.0f, in_eps = 1e-6f;
+  int K = 0;
 };
+
+// Activation loads: through the read-only cache from global memory, plain from shared memory.
+template <bool kSmem, class V>
+__device__ __forceinline__ V ldx(const V* p) {
+  if constexpr (kSmem) return *p;
+  else return __ldg(p);
+}
 
 // Per-dtype chunk: raw load and the dot with the matching activation slice.
 template <DType T>
@@ -67,10 +84,11 @@ struct Chunk<DType::Q4_0> {
   static __device__ __forceinline__ Raw load(const Args& a, size_t slot) {
     return {ld_stream(a.data + slot * kBytes), __ldg(a.scales + slot)};
   }
-  static __device__ __forceinline__ float dot(const Raw& w, const Args& a, int c) {
-    const int4* xq = reinterpret_cast<const int4*>(a.act_qs) + 2 * c;
-    const int4 x0 = __ldg(xq), x1 = __ldg(xq + 1);
-    const int2 m = __ldg(a.act_meta + c);
+  template <bool S>
+  static __device__ __forceinline__ float dot(const Raw& w, const int8_t* qs, const int2* meta, const float*, int c) {
+    const int4* xq = reinterpret_cast<const int4*>(qs) + 2 * c;
+    const int4 x0 = ldx<S>(xq), x1 = ldx<S>(xq + 1);
+    const int2 m = ldx<S>(meta + c);
     constexpr unsigned kLo = 0x0F0F0F0Fu;
     // Byte j of the block: element j (low nibble) and element 16 + j (high nibble).
     int i = __dp4a(static_cast<int>(w.q.x & kLo), x0.x, 0);
@@ -95,10 +113,11 @@ struct Chunk<DType::Q8_0> {
     const uint8_t* p = a.data + slot * kBytes;
     return {ld_stream(p), ld_stream(p + 16), __ldg(a.scales + slot)};
   }
-  static __device__ __forceinline__ float dot(const Raw& w, const Args& a, int c) {
-    const int4* xq = reinterpret_cast<const int4*>(a.act_qs) + 2 * c;
-    const int4 x0 = __ldg(xq), x1 = __ldg(xq + 1);
-    const int2 m = __ldg(a.act_meta + c);
+  template <bool S>
+  static __device__ __forceinline__ float dot(const Raw& w, const int8_t* qs, const int2* meta, const float*, int c) {
+    const int4* xq = reinterpret_cast<const int4*>(qs) + 2 * c;
+    const int4 x0 = ldx<S>(xq), x1 = ldx<S>(xq + 1);
+    const int2 m = ldx<S>(meta + c);
     int i = __dp4a(static_cast<int>(w.lo.x), x0.x, 0);
     i = __dp4a(static_cast<int>(w.lo.y), x0.y, i);
     i = __dp4a(static_cast<int>(w.lo.z), x0.z, i);
@@ -126,9 +145,10 @@ struct FloatChunk {
   static __device__ __forceinline__ Raw load(const Args& a, size_t slot) {
     return {ld_stream(a.data + slot * kBytes)};
   }
-  static __device__ __forceinline__ float dot(const Raw& w, const Args& a, int c) {
-    const float4* xv = reinterpret_cast<const float4*>(a.x) + 2 * c;
-    const float4 x0 = __ldg(xv), x1 = __ldg(xv + 1);
+  template <bool S>
+  static __device__ __forceinline__ float dot(const Raw& w, const int8_t*, const int2*, const float* x, int c) {
+    const float4* xv = reinterpret_cast<const float4*>(x) + 2 * c;
+    const float4 x0 = ldx<S>(xv), x1 = ldx<S>(xv + 1);
     const float2 e0 = unpack2(w.q.x, T), e1 = unpack2(w.q.y, T), e2 = unpack2(w.q.z, T),
                  e3 = unpack2(w.q.w, T);
     float s = e0.x * x0.x;
@@ -155,10 +175,154 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, int64_t row) {
   return (static_cast<unsigned long long>(u) << 32) | (0xFFFFFFFFull - static_cast<unsigned long long>(row));
 }
 
-template <DType T, bool kArgmax>
+// Epilogues: store y, GELU-tanh(gate)·up of an interleaved gate|up matrix (fused.h), or the LM
+// head's soft-cap + argmax.
+enum Epi : int { kStore = 0, kGelu = 1, kArgmaxEpi = 2 };
+
+__host__ __device__ constexpr bool quantized_dtype(DType t) { return t == DType::Q4_0 || t == DType::Q8_0; }
+
+// ops::gelu_tanh_mul's roundings (unfused), as gelu_mul_kernel.
+__device__ __forceinline__ float gelu_tanh_mul_dev(float z, float u) {
+  const float k0 = 0.7978845608028654f, k1 = 0.044715f;
+  const float inner = __fmul_rn(k0, __fadd_rn(z, __fmul_rn(__fmul_rn(__fmul_rn(k1, z), z), z)));
+  const float g = __fmul_rn(__fmul_rn(0.5f, z), __fadd_rn(1.0f, tanhf(inner)));
+  return __fmul_rn(g, u);
+}
+
+// Σ v over the CTA in a fixed order (warp shuffles, then the warps in order); every thread gets it.
+__device__ __forceinline__ float cta_sum(float v, float* part) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float t = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kWarps; ++k) t += part[k];
+  __syncthreads();
+  return t;
+}
+
+// Bytes of the activation part of a fused kernel's dynamic shared memory (16-byte multiple).
+__host__ __device__ constexpr size_t stage_act_bytes(bool quant, int K) {
+  return ((quant ? static_cast<size_t>(K) + static_cast<size_t>(K / 32) * 8 : static_cast<size_t>(K) * 4) + 15) / 16 * 16;
+}
+
+// Copies n floats of each of up to 4 vectors into shared memory, kBatch loads in flight per thread
+// (the input stage's only global reads: one or two memory round trips instead of one per element).
+constexpr int kBatch = 8;
+__device__ __forceinline__ void stage_load(int K, const float* __restrict__ a0, const float* __restrict__ a1,
+                                           const float* __restrict__ a2, const float* __restrict__ a3, float* sm) {
+  for (int i0 = threadIdx.x; i0 < K; i0 += kThreads * kBatch) {
+    float t0[kBatch], t1[kBatch], t2[kBatch], t3[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = i0 + u * kThreads;
+      const bool ok = i < K;
+      t0[u] = ok ? __ldg(a0 + i) : 0.0f;
+      t1[u] = ok && a1 ? __ldg(a1 + i) : 0.0f;
+      t2[u] = ok && a2 ? __ldg(a2 + i) : 0.0f;
+      t3[u] = ok && a3 ? __ldg(a3 + i) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int i = i0 + u * kThreads;
+      if (i < K) {
+        sm[i] = t0[u];
+        if (a1) sm[K + i] = t1[u];
+        if (a2) sm[2 * K + i] = t2[u];
+        if (a3) sm[3 * K + i] = t3[u];
+      }
+    }
+  }
+}
+
+// The input stage (fused.h, MatvecInput): v = r + rmsnorm(p; w_post) (or p), written to r_out by
+// CTA 0; h = rmsnorm(v; w_norm) (or v); then h quantized (int8 blocks + {d, Σq}, quantize_act's
+// scheme) or as f32 into shared memory `dyn`. Every CTA computes the same values in the same
+// order; the explicit roundings keep v identical between CTAs. The inputs are read once, into
+// the scratch part of `dyn` (after the activation): [p | w_norm | r | w_post].
+template <bool kQuant>
+__device__ void build_input(const Args& a, unsigned char* dyn, float* part) {
+  const int K = a.K;
+  const float off = a.in_off;
+  float* sc = reinterpret_cast<float*>(dyn + stage_act_bytes(kQuant, K));
+  float* sp = sc;
+  float* swn = sc + K;
+  float* sr = sc + 2 * K;
+  float* swp = sc + 3 * K;
+  stage_load(K, a.in_p, a.in_w_norm, a.in_r, a.in_w_post, sc);
+  __syncthreads();
+  if (a.in_r) {
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < K; i += kThreads) ss = fmaf(sp[i], sp[i], ss);
+    const float inv1 = 1.0f / sqrtf(cta_sum(ss, part) / static_cast<float>(K) + a.in_eps);
+    const bool write_r = a.in_r_out && blockIdx.x == 0;
+    for (int i = threadIdx.x; i < K; i += kThreads) {
+      const float v = __fadd_rn(sr[i], __fmul_rn(__fmul_rn(sp[i], inv1), __fadd_rn(off, swp[i])));
+      sp[i] = v;  // each thread rewrites only its own elements
+      if (write_r) a.in_r_out[i] = v;
+    }
+  } else if (a.in_r_out && blockIdx.x == 0) {
+    for (int i = threadIdx.x; i < K; i += kThreads) a.in_r_out[i] = sp[i];
+  }
+  float inv2 = 0.0f;
+  if (a.in_w_norm) {
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < K; i += kThreads) ss = fmaf(sp[i], sp[i], ss);
+    inv2 = 1.0f / sqrtf(cta_sum(ss, part) / static_cast<float>(K) + a.in_eps);
+  }
+  if constexpr (kQuant) {
+    // 4 elements per thread, 8 threads per 32-block (quantize_act's scheme, bit for bit: amax
+    // and Σq do not depend on the order). K % 32 == 0, so an 8-lane group is all in or all out.
+    int8_t* qs = reinterpret_cast<int8_t*>(dyn);
+    int2* meta = reinterpret_cast<int2*>(dyn + K);
+    const int lane = threadIdx.x & 31;
+    const unsigned gmask = 0xFFu << (lane & 24);
+    for (int q4 = threadIdx.x; q4 < K / 4; q4 += kThreads) {
+      float hv[4];
+      float amax = 0.0f;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int i = 4 * q4 + u;
+        const float v = sp[i];
+        hv[u] = a.in_w_norm ? __fmul_rn(__fmul_rn(v, inv2), __fadd_rn(off, swn[i])) : v;
+        amax = fmaxf(amax, fabsf(hv[u]));
+      }
+      amax = fmaxf(amax, __shfl_xor_sync(gmask, amax, 1));
+      amax = fmaxf(amax, __shfl_xor_sync(gmask, amax, 2));
+      amax = fmaxf(amax, __shfl_xor_sync(gmask, amax, 4));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      int packed = 0, sum = 0;
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        int q = static_cast<int>(rintf(hv[u] * id));
+        q = q < -127 ? -127 : (q > 127 ? 127 : q);
+        sum += q;
+        packed |= (q & 0xFF) << (8 * u);
+      }
+      reinterpret_cast<int*>(qs)[q4] = packed;
+      sum += __shfl_xor_sync(gmask, sum, 1);
+      sum += __shfl_xor_sync(gmask, sum, 2);
+      sum += __shfl_xor_sync(gmask, sum, 4);
+      if ((lane & 7) == 0) meta[q4 / 8] = make_int2(__float_as_int(d), sum);
+    }
+  } else {
+    float* xf = reinterpret_cast<float*>(dyn);
+    for (int i = threadIdx.x; i < K; i += kThreads) {
+      const float v = sp[i];
+      xf[i] = a.in_w_norm ? __fmul_rn(__fmul_rn(v, inv2), __fadd_rn(off, swn[i])) : v;
+    }
+  }
+  __syncthreads();
+}
+
+template <DType T, int kEpi, bool kStage>
 __global__ void __launch_bounds__(kThreads, 4) matvec_kernel(Args a) {
   using C = Chunk<T>;
   constexpr int kUnroll = C::kUnroll;
+  constexpr bool kArgmax = kEpi == kArgmaxEpi;
+  extern __shared__ __align__(16) unsigned char dyn[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int r = lane % kTileRows, s = lane / kTileRows;
   const int tiles_per_cta = kWarps / a.wk;
@@ -186,6 +350,16 @@ __global__ void __launch_bounds__(kThreads, 4) matvec_kernel(Args a) {
   detail::pdl_trigger();
   detail::pdl_wait();
 
+  const int8_t* qs = a.act_qs;
+  const int2* meta = a.act_meta;
+  const float* xf = a.x;
+  if constexpr (kStage) {
+    build_input<quantized_dtype(T)>(a, dyn, &part[0][0]);
+    qs = reinterpret_cast<const int8_t*>(dyn);
+    meta = reinterpret_cast<const int2*>(dyn + a.K);
+    xf = reinterpret_cast<const float*>(dyn);
+  }
+
   for (int64_t g = blockIdx.x; g * tiles_per_cta < a.ntiles; g += gridDim.x) {
     const int64_t tile = g * tiles_per_cta + tile_in_cta;
     float acc = 0.0f;
@@ -201,7 +375,7 @@ __global__ void __launch_bounds__(kThreads, 4) matvec_kernel(Args a) {
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int c = c0 + u * cstep;
-          if (c < a.n_chunks) acc += C::dot(w[u], a, c);
+          if (c < a.n_chunks) acc += C::template dot<kStage>(w[u], qs, meta, xf, c);
         }
       }
     }
@@ -216,7 +390,14 @@ __global__ void __launch_bounds__(kThreads, 4) matvec_kernel(Args a) {
       }
       __syncthreads();
     }
-    if (kslice == 0 && lane < kTileRows && tile < a.ntiles) {
+    if constexpr (kEpi == kGelu) {
+      // Rows 0..3 of a tile are gate rows 4t..4t+3, rows 4..7 the up rows of the same outputs.
+      const float up = __shfl_down_sync(0xFFFFFFFFu, acc, 4);
+      if (kslice == 0 && lane < kTileRows / 2 && tile < a.ntiles) {
+        const int64_t i = tile * (kTileRows / 2) + lane;
+        if (i < a.rows / 2) a.y[i] = gelu_tanh_mul_dev(acc, up);
+      }
+    } else if (kslice == 0 && lane < kTileRows && tile < a.ntiles) {
       const int64_t row = tile * kTileRows + lane;
       if (row < a.rows) {
         float v = acc;
@@ -257,9 +438,8 @@ int choose_wk(int64_t ntiles, int n_chunks, int sm_count) {
   return wk;
 }
 
-template <bool kArgmax>
-void launch(const Stream& s, const DeviceWeight& W, const float* x, const void* act, float* y,
-            float softcap, unsigned long long* result, MatvecConfig cfg) {
+// Fills the weight part of Args and the launch shape; checks the dtype.
+Args weight_args(const Stream& s, const DeviceWeight& W, bool argmax, MatvecConfig cfg, int64_t* grid) {
   if (!matvec_supports(W.dtype)) {
     throw Error(std::string("CUDA matvec: weight type ") + dtype_name(W.dtype) + " is not supported");
   }
@@ -268,9 +448,49 @@ void launch(const Stream& s, const DeviceWeight& W, const float* x, const void* 
   a.scales = W.scales.as<const uint16_t>();
   a.rows = W.rows;
   a.ntiles = (W.rows + kTileRows - 1) / kTileRows;
-  const bool quant = is_quantized(W.dtype);
-  a.n_chunks = static_cast<int>(W.cols / (quant ? 32 : 8));
-  if (quant) {
+  a.n_chunks = static_cast<int>(W.cols / (is_quantized(W.dtype) ? 32 : 8));
+  a.K = static_cast<int>(W.cols);
+  int wk = cfg.warps_per_tile;
+  if (wk == 0) wk = argmax ? 1 : choose_wk(a.ntiles, a.n_chunks, s.sm_count());
+  if (wk != 1 && wk != 2 && wk != 4 && wk != 8) {
+    throw Error("CUDA matvec: warps_per_tile must be 0, 1, 2, 4 or 8 (got " + std::to_string(wk) + ")");
+  }
+  a.wk = wk;
+  const int64_t groups = (a.ntiles + (kWarps / wk) - 1) / (kWarps / wk);
+  // The LM head loops over tile groups so that each CTA does one atomic at the end.
+  *grid = argmax ? std::min<int64_t>(groups, static_cast<int64_t>(s.sm_count()) * 8) : groups;
+  return a;
+}
+
+template <DType T, int kEpi, bool kStage>
+void launch_typed(const Args& a, int64_t grid, size_t smem, cudaStream_t st, bool pdl) {
+  auto* k = matvec_kernel<T, kEpi, kStage>;
+  if (smem > 48 * 1024) {
+    EG_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  }
+  detail::launch_kernel_smem(k, dim3(static_cast<unsigned>(grid)), dim3(kThreads), smem, st, pdl, a);
+}
+
+template <int kEpi, bool kStage>
+void launch_args(const Stream& s, DType t, const Args& a, int64_t grid, bool pdl) {
+  // Fused: the activation, then the scratch copies of the stage's inputs (build_input).
+  const int n_in = a.in_r ? 4 : a.in_w_norm ? 2 : 1;
+  const size_t smem = !kStage ? 0 : stage_act_bytes(is_quantized(t), a.K) + static_cast<size_t>(n_in) * 4 * a.K;
+  cudaStream_t st = detail::stream_of(s.handle());
+  switch (t) {
+    case DType::Q4_0: launch_typed<DType::Q4_0, kEpi, kStage>(a, grid, smem, st, pdl); break;
+    case DType::Q8_0: launch_typed<DType::Q8_0, kEpi, kStage>(a, grid, smem, st, pdl); break;
+    case DType::F16: launch_typed<DType::F16, kEpi, kStage>(a, grid, smem, st, pdl); break;
+    default: launch_typed<DType::BF16, kEpi, kStage>(a, grid, smem, st, pdl); break;
+  }
+}
+
+template <bool kArgmax>
+void launch(const Stream& s, const DeviceWeight& W, const float* x, const void* act, float* y,
+            float softcap, unsigned long long* result, MatvecConfig cfg) {
+  int64_t grid = 0;
+  Args a = weight_args(s, W, kArgmax, cfg, &grid);
+  if (is_quantized(W.dtype)) {
     if (!act) throw Error("CUDA matvec: a quantized weight needs the quantized activation (act)");
     a.act_qs = static_cast<const int8_t*>(act);
     a.act_meta = reinterpret_cast<const int2*>(static_cast<const int8_t*>(act) + W.cols);
@@ -281,28 +501,67 @@ void launch(const Stream& s, const DeviceWeight& W, const float* x, const void* 
   a.y = y;
   a.softcap = softcap;
   a.result = result;
-  int wk = cfg.warps_per_tile;
-  if (wk == 0) wk = kArgmax ? 1 : choose_wk(a.ntiles, a.n_chunks, s.sm_count());
-  if (wk != 1 && wk != 2 && wk != 4 && wk != 8) {
-    throw Error("CUDA matvec: warps_per_tile must be 0, 1, 2, 4 or 8 (got " + std::to_string(wk) + ")");
-  }
-  a.wk = wk;
-  const int64_t groups = (a.ntiles + (kWarps / wk) - 1) / (kWarps / wk);
-  // The LM head loops over tile groups so that each CTA does one atomic at the end.
-  const int64_t grid = kArgmax ? std::min<int64_t>(groups, static_cast<int64_t>(s.sm_count()) * 8) : groups;
-  cudaStream_t st = detail::stream_of(s.handle());
   // The LM head follows its result word's memset, which is no kernel: launched plainly.
   const bool pdl = !kArgmax && detail::pdl_enabled();
-  const dim3 g(static_cast<unsigned>(grid)), b(kThreads);
-  switch (W.dtype) {
-    case DType::Q4_0: detail::launch_kernel(matvec_kernel<DType::Q4_0, kArgmax>, g, b, st, pdl, a); break;
-    case DType::Q8_0: detail::launch_kernel(matvec_kernel<DType::Q8_0, kArgmax>, g, b, st, pdl, a); break;
-    case DType::F16: detail::launch_kernel(matvec_kernel<DType::F16, kArgmax>, g, b, st, pdl, a); break;
-    default: detail::launch_kernel(matvec_kernel<DType::BF16, kArgmax>, g, b, st, pdl, a); break;
-  }
+  launch_args<kArgmax ? kArgmaxEpi : kStore, false>(s, W.dtype, a, grid, pdl);
+}
+
+// The fused kernels (fused.h): input stage, then one of the epilogues.
+template <int kEpi>
+void launch_fused(const Stream& s, const DeviceWeight& W, const MatvecInput& in, float* y, float softcap,
+                  unsigned long long* result) {
+  if (!in.src_dev) throw Error("CUDA fused matvec: no input vector");
+  if (in.residual_dev && !in.w_post_dev) throw Error("CUDA fused matvec: a residual needs w_post");
+  if (in.residual_out_dev && (in.residual_out_dev == in.residual_dev || in.residual_out_dev == in.src_dev))
+    throw Error("CUDA fused matvec: residual_out must not alias the inputs");
+  if (W.cols % 32 != 0) throw Error("CUDA fused matvec: cols " + std::to_string(W.cols) + " is not a multiple of 32");
+  int64_t grid = 0;
+  Args a = weight_args(s, W, kEpi == kArgmaxEpi, {}, &grid);
+  a.in_p = in.src_dev;
+  a.in_r = in.residual_dev;
+  a.in_w_post = in.w_post_dev;
+  a.in_r_out = in.residual_out_dev;
+  a.in_w_norm = in.w_norm_dev;
+  a.in_off = in.w_offset;
+  a.in_eps = in.eps;
+  a.y = y;
+  a.softcap = softcap;
+  a.result = result;
+  launch_args<kEpi, true>(s, W.dtype, a, grid, detail::pdl_enabled());
 }
 
 }  // namespace
+
+void matvec_fused(const Stream& s, const DeviceWeight& W, const MatvecInput& in, float* y_dev) {
+  if (!y_dev) throw Error("CUDA matvec_fused: no output");
+  launch_fused<kStore>(s, W, in, y_dev, 0.0f, nullptr);
+}
+
+void matvec_gelu_fused(const Stream& s, const DeviceWeight& W_interleaved, const MatvecInput& in, float* y_dev) {
+  if (!y_dev) throw Error("CUDA matvec_gelu_fused: no output");
+  if (W_interleaved.rows % kTileRows != 0)
+    throw Error("CUDA matvec_gelu_fused: rows " + std::to_string(W_interleaved.rows) + " are not a multiple of 8");
+  launch_fused<kGelu>(s, W_interleaved, in, y_dev, 0.0f, nullptr);
+}
+
+void lm_head_argmax_fused(const Stream& s, const DeviceWeight& W, const MatvecInput& in, float softcap,
+                          uint64_t* result_dev, float* logits_dev) {
+  if (!result_dev) throw Error("CUDA lm_head_argmax_fused: no result word");
+  launch_fused<kArgmaxEpi>(s, W, in, logits_dev, softcap, reinterpret_cast<unsigned long long*>(result_dev));
+}
+
+std::string interleave_gate_up(const void* gate, const void* up, DType t, int64_t rows, int64_t cols) {
+  if (rows % 4 != 0) throw Error("interleave_gate_up: rows " + std::to_string(rows) + " are not a multiple of 4");
+  const size_t rb = dtype_row_bytes(t, cols);
+  std::string out(static_cast<size_t>(2 * rows) * rb, '\0');
+  const auto* g = static_cast<const char*>(gate);
+  const auto* u = static_cast<const char*>(up);
+  for (int64_t q = 0; q < rows / 4; ++q) {
+    std::memcpy(&out[static_cast<size_t>(8 * q) * rb], g + static_cast<size_t>(4 * q) * rb, 4 * rb);
+    std::memcpy(&out[static_cast<size_t>(8 * q + 4) * rb], u + static_cast<size_t>(4 * q) * rb, 4 * rb);
+  }
+  return out;
+}
 
 void matvec(const Stream& s, const DeviceWeight& W, const float* x_dev, const void* act_dev,
             float* y_dev, MatvecConfig cfg) {
