@@ -234,7 +234,7 @@ TEST(GrammarMask, EndOnlyWhenComplete) {
   const int32_t eos = voc.tok.eos_id();
   EXPECT_FALSE(m.allows(eos));
   EXPECT_THROW(m.accept(eos), eg::Error);
-  for (int32_t id : voc.tok.encode("{\"a\": 12}", false)) {
+  for (int32_t id : voc.tok.encode("{\"a\":12}", false)) {  // compact: no space after the colon
     EXPECT_FALSE(m.complete());
     m.accept(id);
   }
@@ -261,8 +261,7 @@ TEST(GrammarMask, RejectsInvalidJson) {
     return m.complete();
   };
   EXPECT_TRUE(accepts("{\"a\":1}"));
-  EXPECT_TRUE(accepts("{ \"a\" : -0.5e3 , \"b\" : \"x\\u00e9\\n\" }") == false);  // a is an integer
-  EXPECT_TRUE(accepts("{ \"a\" : -5 , \"b\" : \"x\\u00e9\\n caf\xC3\xA9\" }"));
+  EXPECT_TRUE(accepts("{\"a\":-5,\"b\":\"x\\u00e9\\n caf\xC3\xA9\"}"));
   EXPECT_FALSE(accepts("{\"b\":\"x\"}"));          // a is required
   EXPECT_FALSE(accepts("{\"b\":\"x\",\"a\":1}"));  // schema order
   EXPECT_FALSE(accepts("{\"a\":1,\"c\":2}"));      // additionalProperties false
@@ -270,8 +269,35 @@ TEST(GrammarMask, RejectsInvalidJson) {
   EXPECT_FALSE(accepts("{\"a\":1,\"b\":\"\\ud800\"}"));  // lone surrogate escape
   EXPECT_FALSE(accepts("{\"a\":1,\"b\":\"tab\there\"}"));  // raw control char
   EXPECT_FALSE(accepts("{\"a\":12345678901234567}"));  // > 16 digits
-  EXPECT_FALSE(accepts(std::string("{") + std::string(kMaxWs + 1, ' ') + "\"a\":1}"));
+  // Compact (the default): no whitespace anywhere outside strings.
+  for (const char* t : {" {\"a\":1}", "{ \"a\":1}", "{\"a\" :1}", "{\"a\": 1}", "{\"a\":1 }", "{\"a\":1\n}"})
+    EXPECT_FALSE(accepts(t)) << t;
+}
+
+TEST(GrammarMask, PrettyWhitespaceIsBounded) {
+  const auto& voc = tiny();
+  auto g = json_schema_grammar(json::parse(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"array","items":{"type":"string"}}},
+                                              "required":["a"],"additionalProperties":false})"),
+                               JsonWhitespace::Pretty);
+  auto accepts = [&](const std::string& text) {
+    Matcher m(g, voc.v);
+    try {
+      for (int32_t id : voc.tok.encode(text, false)) m.accept(id);
+    } catch (const eg::Error&) {
+      return false;
+    }
+    return m.complete();
+  };
+  EXPECT_TRUE(accepts("{\"a\":1}"));
+  EXPECT_TRUE(accepts("{\n  \"a\": -5,\n  \"b\": [\n    \"x\"\n  ]\n}"));
+  EXPECT_TRUE(accepts("\t{ \"a\" : 1 , \"b\" : [ ] }"));
   EXPECT_TRUE(accepts(std::string("{") + std::string(kMaxWs, ' ') + "\"a\":1}"));
+  EXPECT_TRUE(accepts("{\n" + std::string(kMaxWs - 1, ' ') + "\"a\":1}"));
+  EXPECT_FALSE(accepts(std::string("{") + std::string(kMaxWs + 1, ' ') + "\"a\":1}"));
+  EXPECT_FALSE(accepts("{\n\n  \"a\":1}"));  // a blank line
+  EXPECT_FALSE(accepts("{  \n\"a\":1}"));     // '\n' only first in a run
+  EXPECT_FALSE(accepts("{\r\n\"a\":1}"));
+  EXPECT_FALSE(accepts("{\"a\":1}\n"));        // nothing after the value
 }
 
 TEST(GrammarMask, EnumValuesThatArePrefixesOfOthers) {

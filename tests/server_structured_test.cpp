@@ -4,6 +4,10 @@
 // results fed back as `tool` messages render and answer.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
 #include "server_test_util.h"
 
 using nlohmann::json;
@@ -116,6 +120,77 @@ TEST(ServerStructured, JsonSchemaOutputValidates) {
   }
   b["stream"] = true;
   EXPECT_EQ(joined_deltas(s.stream("/v1/chat/completions", b)), content_of(r));
+}
+
+// Whitespace outside JSON strings: the longest run, the number of runs, and whether a run holds
+// two newlines (a blank line). Written for this test (a small JSON lexer: strings and escapes).
+struct WsStats {
+  size_t runs = 0, longest = 0;
+  bool blank_line = false;
+};
+WsStats ws_outside_strings(const std::string& t) {
+  WsStats st;
+  bool in_str = false, esc = false;
+  size_t run = 0, newlines = 0;
+  for (char c : t) {
+    if (in_str) {
+      if (esc) esc = false;
+      else if (c == '\\') esc = true;
+      else if (c == '"') in_str = false;
+      continue;
+    }
+    if (c == ' ' || c == '\n' || c == '\t' || c == '\r') {
+      if (run++ == 0) ++st.runs;
+      if (c == '\n' && ++newlines >= 2) st.blank_line = true;
+      st.longest = std::max(st.longest, run);
+      continue;
+    }
+    run = newlines = 0;
+    if (c == '"') in_str = true;
+  }
+  return st;
+}
+
+TEST(ServerStructured, JsonIsCompactByDefault) {
+  const WsStats probe = ws_outside_strings("{ \"a\" :\n\n  1,\"b c\":2}");  // the checker itself
+  EXPECT_EQ(probe.runs, 3u);
+  EXPECT_EQ(probe.longest, 4u);
+  EXPECT_TRUE(probe.blank_line);
+  eg::server::ServerOptions o;
+  o.scheduler.slots = 1;
+  o.scheduler.context_tokens = 1024;
+  TestServer s(shared_dir() + "/models/tiny-gemma3", o);
+  const json schema = json::parse(R"({"type":"object","properties":{"name":{"type":"string","maxLength":16},
+      "age":{"type":"integer"},"member":{"type":"boolean"},"tags":{"type":"array","items":{"enum":["a","b","c"]},"maxItems":3}},
+      "required":["name","age","member","tags"],"additionalProperties":false})");
+  size_t pretty_ws = 0;
+  for (const char* user : {"Describe a person as JSON.", "Who was the king? Answer in JSON.", "Give me JSON."}) {
+    json b = schema_request(user, schema, 0.0, 1);
+    auto [st, r] = s.post("/v1/chat/completions", b);
+    ASSERT_EQ(st, 200) << r.dump();
+    const std::string text = content_of(r);
+    ASSERT_EQ(r["choices"][0]["finish_reason"], "stop") << text;
+    ASSERT_FALSE(json::parse(text, nullptr, false).is_discarded()) << text;
+    EXPECT_EQ(ws_outside_strings(text).runs, 0u) << "compact JSON expected: " << text;
+    // Opt-in pretty output: valid, whitespace runs bounded (<= 32 bytes, no blank lines).
+    b["response_format"]["whitespace"] = "pretty";
+    auto [st2, r2] = s.post("/v1/chat/completions", b);
+    ASSERT_EQ(st2, 200) << r2.dump();
+    const std::string pretty = content_of(r2);
+    if (r2["choices"][0]["finish_reason"] != "stop") continue;
+    ASSERT_FALSE(json::parse(pretty, nullptr, false).is_discarded()) << pretty;
+    const WsStats w = ws_outside_strings(pretty);
+    EXPECT_LE(w.longest, 32u) << pretty;
+    EXPECT_FALSE(w.blank_line) << pretty;
+    pretty_ws += w.runs;
+    if (std::getenv("EG_PRINT_JSON")) std::printf("compact: %s\npretty:  %s\n", text.c_str(), pretty.c_str());
+  }
+  std::printf("whitespace runs in the pretty outputs: %zu\n", pretty_ws);
+  json bad = schema_request("x", schema, 0.0, 1);
+  bad["response_format"]["whitespace"] = "wide";
+  auto [st3, r3] = s.post("/v1/chat/completions", bad);
+  EXPECT_EQ(st3, 400) << r3.dump();
+  EXPECT_EQ(r3["error"]["param"], "response_format") << r3.dump();
 }
 
 TEST(ServerStructured, ToolCallsRoundTrip) {

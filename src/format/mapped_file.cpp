@@ -24,11 +24,13 @@ struct FdGuard {
   }
 };
 
-// Live mappings (base -> size), for release_pages.
+// Live mappings (base -> size), for release_pages. Never destroyed: a MappedFile owned by a
+// static object (a test's model cache) may be released after this function's statics would be,
+// at exit (use after free seen with valgrind in the server tests).
 std::mutex g_maps_mu;
 std::map<const uint8_t*, size_t>& live_maps() {
-  static std::map<const uint8_t*, size_t> m;
-  return m;
+  static auto* m = new std::map<const uint8_t*, size_t>;
+  return *m;
 }
 
 [[noreturn]] void fail(const std::string& path, const std::string& reason) {

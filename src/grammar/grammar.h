@@ -38,6 +38,13 @@ class Grammar {
   std::unique_ptr<GrammarDef> def_;
 };
 
+/// Whitespace outside strings in JSON grammars (docs/structured-output.md, "Whitespace").
+///   Compact (default): none at all; the output is minified JSON (`{"a":1,"b":[2,3]}`).
+///   Pretty: a run of at most kMaxWs (32) bytes before the value and around `{ } [ ] , :`, made
+///           of at most one '\n' (as its first byte) then spaces / tabs: indented JSON, never
+///           blank lines. Nothing after the complete value in either mode.
+enum class JsonWhitespace { Compact, Pretty };
+
 /// Grammar of one JSON value valid against `schema` (the JSON Schema subset of
 /// docs/structured-output.md: type (string or array of types) object/array/string/number/integer/
 /// boolean/null, properties, required, additionalProperties, items, minItems, maxItems, enum,
@@ -46,11 +53,13 @@ class Grammar {
 /// The ordered_json overload keeps the schema's property order; nlohmann::json stores object keys
 /// sorted, so through the json overload properties come out in alphabetical order (parse request
 /// bodies as ordered_json to keep the client's order).
-std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::json& schema);
-std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema);
+std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::json& schema,
+                                                   JsonWhitespace ws = JsonWhitespace::Compact);
+std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema,
+                                                   JsonWhitespace ws = JsonWhitespace::Compact);
 
 /// Grammar of any JSON object (response_format {"type": "json_object"}).
-std::shared_ptr<const Grammar> json_object_grammar();
+std::shared_ptr<const Grammar> json_object_grammar(JsonWhitespace ws = JsonWhitespace::Compact);
 
 /// Grammar of one or more Gemma 4 tool calls, back to back:
 ///   <|tool_call>call:NAME{key:VALUE,...}<tool_call|>

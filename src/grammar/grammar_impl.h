@@ -17,7 +17,7 @@
 namespace eg::grammar {
 
 enum class Kind : uint8_t {
-  Root,     // optional leading whitespace (JSON), then kids[0]
+  Root,     // optional leading whitespace (JSON, pretty), then kids[0]
   Literal,  // exact symbol sequence `lit`
   Seq,      // kids in order
   Alt,      // one of kids
@@ -66,10 +66,11 @@ struct GrammarDef {
   int root = -1;
   std::vector<std::string> specials;  // text of special symbol 256+k, e.g. "<|\"|>"
   int quote_sym = -1;                 // symbol of <|"|> (tool strings), -1 if unused
+  bool pretty_ws = false;             // JSON flavor: JsonWhitespace::Pretty (else no whitespace)
 };
 
 // ---- limits (documented in docs/structured-output.md) ----
-constexpr int kMaxWs = 32;            // bytes in one whitespace run (JSON flavor)
+constexpr int kMaxWs = 32;            // bytes in one whitespace run (JSON flavor, pretty)
 constexpr int kMaxIntDigits = 16;     // JSON integer part digits
 constexpr int kMaxFracDigits = 16;    // JSON fraction digits
 constexpr int kMaxExpDigits = 2;      // JSON exponent digits

@@ -177,10 +177,12 @@ void Machine::step(const Stack& s, int c, ThreadSet& out) const {
   }
   Stack t = s;
   Frame& x = top(t);
-  // Whitespace run (JSON flavor) in the states that allow it: w counts the run.
+  // Whitespace (JSON flavor) in the states that allow it: consumed (true) with no thread left in
+  // compact mode; in pretty mode a run of at most kMaxWs bytes, '\n' only as its first byte
+  // (w counts the run).
   auto ws = [&]() -> bool {
     if (!is_ws(c)) return false;
-    if (x.w < kMaxWs) {
+    if (g_->pretty_ws && x.w < kMaxWs && (c == ' ' || c == '\t' || (c == '\n' && x.w == 0))) {
       ++x.w;
       out.add(t);
     }

@@ -422,7 +422,8 @@ class Compiler {
   int any_node_[2] = {-1, -1};
 };
 
-std::shared_ptr<const Grammar> finish_json(std::unique_ptr<GrammarDef> def, int value) {
+std::shared_ptr<const Grammar> finish_json(std::unique_ptr<GrammarDef> def, int value, JsonWhitespace ws) {
+  def->pretty_ws = ws == JsonWhitespace::Pretty;
   Node root;
   root.kind = Kind::Root, root.kids = {value};
   def->nodes.push_back(root);
@@ -432,23 +433,23 @@ std::shared_ptr<const Grammar> finish_json(std::unique_ptr<GrammarDef> def, int 
 
 }  // namespace
 
-std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema) {
+std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::ordered_json& schema, JsonWhitespace ws) {
   auto def = std::make_unique<GrammarDef>();
   Compiler c(*def);
   const int v = c.compile(schema, false, "#", 0);
-  return finish_json(std::move(def), v);
+  return finish_json(std::move(def), v, ws);
 }
 
-std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::json& schema) {
-  return json_schema_grammar(nlohmann::ordered_json::parse(schema.dump()));
+std::shared_ptr<const Grammar> json_schema_grammar(const nlohmann::json& schema, JsonWhitespace ws) {
+  return json_schema_grammar(nlohmann::ordered_json::parse(schema.dump()), ws);
 }
 
-std::shared_ptr<const Grammar> json_object_grammar() {
+std::shared_ptr<const Grammar> json_object_grammar(JsonWhitespace ws) {
   auto def = std::make_unique<GrammarDef>();
   Compiler c(*def);
   c.any(false);
   const int obj = def->any[0].obj;
-  return finish_json(std::move(def), obj);
+  return finish_json(std::move(def), obj, ws);
 }
 
 std::shared_ptr<const Grammar> gemma4_tool_call_grammar(const nlohmann::ordered_json& tools,

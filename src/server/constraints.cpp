@@ -8,8 +8,9 @@ namespace eg::server {
 
 void build_constraints(GenRequest& req, const Tokenizer& tok) {
   try {
-    if (req.format == GenRequest::Format::JsonObject) req.grammar = grammar::json_object_grammar();
-    if (req.format == GenRequest::Format::JsonSchema) req.grammar = grammar::json_schema_grammar(req.schema);
+    const auto ws = req.pretty_json ? grammar::JsonWhitespace::Pretty : grammar::JsonWhitespace::Compact;
+    if (req.format == GenRequest::Format::JsonObject) req.grammar = grammar::json_object_grammar(ws);
+    if (req.format == GenRequest::Format::JsonSchema) req.grammar = grammar::json_schema_grammar(req.schema, ws);
   } catch (const Error& e) {
     throw ApiError(400, std::string("response_format: ") + e.what(), "response_format", "unsupported_schema");
   }

@@ -12,6 +12,7 @@
 #include "server/api_error.h"
 #include "server/connection_pool.h"
 #include "server/constraints.h"
+#include "server/draft_prefill.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/server.h"
@@ -34,6 +35,8 @@ constexpr auto kKeepAlive = std::chrono::milliseconds(250);
 // simultaneous connects overflowed the accept queue, and those clients were reset or waited for a
 // SYN retransmission (1 s, 3 s, ...).
 constexpr int kListenBacklog = 4096;
+// POST /v1/prefill: trailing draft tokens not prefilled (as SessionOptions::holdback_tokens).
+constexpr int kDraftHoldbackTokens = 3;
 
 // httplib::Server, plus a way to deepen its listen backlog: listen(2) on a socket that is already
 // listening only updates the backlog (Linux), so Server::bind() calls it right after httplib binds.
@@ -184,6 +187,20 @@ struct Server::Impl {
               }));
     http.Post("/v1/chat/completions", wrap("chat_completions", true, [this](const httplib::Request& req, httplib::Response& res) {
                 generate(parse_chat_request(parse_body(req.body), request_context()), res);
+              }));
+    // Extension: prefill while typing (docs/server.md). The body is a chat completion's; the
+    // answer comes at once, the prefill runs when the scheduler is otherwise idle.
+    http.Post("/v1/prefill", wrap("prefill", true, [this](const httplib::Request& req, httplib::Response& res) {
+                const json body = parse_body(req.body);
+                const DraftPlan plan = plan_draft(body, request_context(), kDraftHoldbackTokens);
+                std::string client = req.remote_addr;
+                if (const auto it = body.find("user"); it != body.end() && it->is_string())
+                  client += " " + it->get<std::string>();
+                const int n = static_cast<int>(plan.tokens.size());
+                const bool queued = n > 0 && scheduler->submit_draft(client, plan.tokens);
+                send_json(res, 200, json{{"object", "prefill"}, {"model", opt.model_id}, {"queued", queued},
+                                         {"prompt_tokens", plan.prompt_tokens}, {"prefill_tokens", queued ? n : 0},
+                                         {"images_left_out", plan.images_left_out}});
               }));
     http.Post("/v1/completions", wrap("completions", true, [this](const httplib::Request& req, httplib::Response& res) {
                 generate(parse_completion_request(parse_body(req.body), request_context()), res);

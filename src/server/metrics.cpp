@@ -68,6 +68,32 @@ void Metrics::count_cancelled() {
   ++cancelled_;
 }
 
+void Metrics::count_draft_request() {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++draft_requests_;
+}
+
+void Metrics::count_draft_dropped() {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++draft_dropped_;
+}
+
+void Metrics::count_draft_prefilled() {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++draft_prefilled_;
+}
+
+void Metrics::add_draft_tokens(int n) {
+  std::lock_guard<std::mutex> lk(mu_);
+  draft_tokens_ += static_cast<uint64_t>(n);
+}
+
+void Metrics::count_draft_hit(int saved_tokens) {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++draft_hits_;
+  draft_saved_ += static_cast<uint64_t>(saved_tokens);
+}
+
 void Metrics::set_gauges(const Gauges& g) {
   std::lock_guard<std::mutex> lk(mu_);
   gauges_ = g;
@@ -97,6 +123,15 @@ std::string Metrics::render() const {
   counter("edgegemma_generated_tokens_total", "Generated tokens.", generated_tokens_);
   counter("edgegemma_requests_cancelled_total", "Requests stopped because the client went away or timed out.",
           cancelled_);
+  counter("edgegemma_draft_requests_total", "Draft prefills accepted (POST /v1/prefill).", draft_requests_);
+  counter("edgegemma_draft_dropped_total",
+          "Drafts dropped before completing (superseded by a newer draft of the same client, or too many pending).",
+          draft_dropped_);
+  counter("edgegemma_draft_prefills_total", "Drafts whose prefill completed.", draft_prefilled_);
+  counter("edgegemma_draft_prefill_tokens_total", "Tokens prefilled for drafts.", draft_tokens_);
+  counter("edgegemma_draft_cache_hits_total", "Requests that reused KV computed by a draft.", draft_hits_);
+  counter("edgegemma_draft_tokens_saved_total", "Prompt tokens requests reused from drafts (not prefilled again).",
+          draft_saved_);
   o << ttft_.render("edgegemma_ttft_seconds", "Time to first token (request received -> first token sampled).");
   o << token_latency_.render("edgegemma_token_latency_seconds", "Time between consecutive generated tokens.");
   gauge("edgegemma_slots_total", "Generation slots (--parallel).", gauges_.slots_total);

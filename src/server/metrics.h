@@ -1,5 +1,5 @@
 // Server metrics in the Prometheus text exposition format (GET /metrics): request counters by
-// endpoint and status, token counters, TTFT and per-token latency histograms (seconds), and
+// endpoint and status, token counters, draft-prefill counters, TTFT and per-token latency histograms (seconds), and
 // gauges for slots, queue, KV pages and the prefix cache. Thread-safe.
 #pragma once
 #include <array>
@@ -42,6 +42,15 @@ class Metrics {
   void observe_ttft(double seconds);
   void observe_token_latency(double seconds);
   void count_cancelled();
+  // Draft prefill (POST /v1/prefill, scheduler.h): drafts accepted; drafts dropped (superseded by a
+  // newer draft of the same client, or the oldest when too many are pending); drafts whose
+  // prefill completed; tokens prefilled for drafts; requests that reused KV a draft computed, and
+  // how many prompt tokens that was (tokens the request did not prefill).
+  void count_draft_request();
+  void count_draft_dropped();
+  void count_draft_prefilled();
+  void add_draft_tokens(int n);
+  void count_draft_hit(int saved_tokens);
   void set_gauges(const Gauges& g);
   Gauges gauges() const;
   std::string render() const;
@@ -50,6 +59,8 @@ class Metrics {
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   uint64_t prompt_tokens_ = 0, cached_tokens_ = 0, generated_tokens_ = 0, cancelled_ = 0;
+  uint64_t draft_requests_ = 0, draft_dropped_ = 0, draft_prefilled_ = 0, draft_tokens_ = 0, draft_hits_ = 0,
+           draft_saved_ = 0;
   Histogram ttft_, token_latency_;
   Gauges gauges_;
 };

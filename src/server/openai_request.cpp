@@ -301,6 +301,11 @@ void parse_response_format(const json& b, GenRequest& r) {
   if (!f->is_object()) bad("response_format", "'response_format' must be an object");
   const std::string type = get_string(*f, "type", "");
   if (type == "text") return;
+  // Extension: whitespace outside JSON strings, "compact" (default: none) or "pretty".
+  const std::string ws = get_string(*f, "whitespace", "compact");
+  if (ws != "compact" && ws != "pretty")
+    bad("response_format", "response_format.whitespace must be \"compact\" or \"pretty\"");
+  r.pretty_json = ws == "pretty";
   if (type == "json_object") {
     r.format = GenRequest::Format::JsonObject;
     return;
@@ -324,7 +329,7 @@ json parse_body(const std::string& body) {
   return b;
 }
 
-GenRequest parse_chat_request(const json& b, const RequestContext& ctx) {
+GenRequest parse_chat_request(const json& b, const RequestContext& ctx, size_t* draft_end) {
   GenRequest r;
   r.kind = GenRequest::Kind::Chat;
   parse_common(b, ctx, r);
@@ -399,6 +404,12 @@ GenRequest parse_chat_request(const json& b, const RequestContext& ctx) {
       for (size_t k = 0; k < encoded.size(); ++k) r.media.push_back(MediaRun{starts[k], encoded[k]});
     } else {
       r.prompt = ctx.encoder.encode(rendered.text, rendered.content, std::string::npos, add_bos);
+    }
+    if (draft_end != nullptr) {  // tokens up to the end of the last message's content
+      *draft_end = r.prompt.size();
+      if (!rendered.content.empty())
+        *draft_end = ctx.encoder.encode(rendered.text, rendered.content, rendered.content.back().second, add_bos).size();
+      if (!r.media.empty()) *draft_end = std::min(*draft_end, static_cast<size_t>(r.media[0].begin));
     }
   } catch (const ApiError&) {
     throw;

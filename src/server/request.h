@@ -43,6 +43,9 @@ struct GenRequest {
   /// response_format: text, json_object, or json_schema (`schema`).
   Format format = Format::Text;
   nlohmann::ordered_json schema;  // key order kept: properties are generated in schema order
+  /// Extension response_format.whitespace "pretty": indented JSON allowed (default compact: no
+  /// whitespace outside strings; grammar::JsonWhitespace).
+  bool pretty_json = false;
   /// OpenAI tools (array of {"type": "function", "function": {...}}), null when none, and the
   /// tool_choice: "none", "auto", "required", or "function" (then tool_name).
   nlohmann::ordered_json tools;

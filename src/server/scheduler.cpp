@@ -36,6 +36,9 @@ struct Scheduler::Slot {
   size_t media_from = SIZE_MAX;
   Phase phase = Phase::Idle;
   uint64_t last_used = 0;
+  // Positions [draft_lo, draft_hi) of `cached` were prefilled by drafts (draft_lo == SIZE_MAX:
+  // none): a request reusing them counts a draft cache hit.
+  size_t draft_lo = SIZE_MAX, draft_hi = 0;
 
   // The running job.
   std::shared_ptr<Job> job;
@@ -60,6 +63,7 @@ Scheduler::Scheduler(std::shared_ptr<const LoadedModel> model, SchedulerOptions 
     : lm_(std::move(model)), opt_(std::move(opt)), metrics_(metrics) {
   if (opt_.slots < 1) throw Error("--parallel must be at least 1");
   if (opt_.queue < 0) throw Error("--queue must be >= 0");
+  if (opt_.max_drafts < 1 || opt_.draft_chunk < 1) throw Error("scheduler: max_drafts and draft_chunk must be >= 1");
   opt_.kv.max_tokens = opt_.context_tokens;
   const ModelConfig& cfg = lm_->model().config();
   for (int i = 0; i < opt_.slots; ++i) {
@@ -95,6 +99,32 @@ bool Scheduler::submit(std::shared_ptr<Job> job) {
   return true;
 }
 
+bool Scheduler::submit_draft(const std::string& client, std::vector<int32_t> tokens) {
+  if (tokens.empty()) return false;
+  int dropped = 0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stop_) return false;
+    for (auto it = drafts_.begin(); it != drafts_.end();) {
+      if ((*it)->client == client) {
+        it = drafts_.erase(it);
+        ++dropped;
+      } else {
+        ++it;
+      }
+    }
+    while (drafts_.size() >= static_cast<size_t>(opt_.max_drafts)) {
+      drafts_.pop_front();
+      ++dropped;
+    }
+    drafts_.push_back(std::make_shared<Draft>(Draft{client, std::move(tokens)}));
+  }
+  metrics_.count_draft_request();
+  for (int i = 0; i < dropped; ++i) metrics_.count_draft_dropped();
+  cv_.notify_all();
+  return true;
+}
+
 void Scheduler::stop() {
   std::lock_guard<std::mutex> join_lk(join_mu_);  // one joiner at a time
   {
@@ -113,14 +143,15 @@ void Scheduler::loop() {
       auto busy = [&] {
         return std::any_of(slots_.begin(), slots_.end(), [](const auto& s) { return s->phase != Slot::Phase::Idle; });
       };
-      cv_.wait(lk, [&] { return stop_ || !queue_.empty() || busy(); });
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty() || busy() || !drafts_.empty(); });
       if (stop_) break;
     }
     try {
       admit();
       reap();
-      prefill_step();
-      decode_step();
+      bool worked = prefill_step();
+      worked = decode_step() || worked;
+      if (!worked) draft_step();  // low priority: only when no request has work
     } catch (const std::exception& e) {
       // A failure inside the engine (out of memory, an invariant): fail the running jobs, keep serving.
       std::fprintf(stderr, "edgegemma serve: error: %s\n", e.what());
@@ -136,6 +167,9 @@ void Scheduler::loop() {
           s->kv.clear();
           s->cached.clear();
         }
+      // A draft that failed is not retried.
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!drafts_.empty()) drafts_.pop_front();
     }
     publish_gauges();
   }
@@ -205,6 +239,11 @@ void Scheduler::start_job(Slot& s, std::shared_ptr<Job> job) {
   const size_t req_media = rq.media.empty() ? SIZE_MAX : static_cast<size_t>(rq.media[0].begin);
   l = std::min({l, s.media_from, req_media});
   int kept = s.kv.truncate(static_cast<int>(l));
+  // Draft prefill hit: the kept slot KV includes positions a draft computed.
+  if (s.draft_lo < s.draft_hi && s.draft_lo < static_cast<size_t>(kept)) {
+    metrics_.count_draft_hit(static_cast<int>(std::min(s.draft_hi, static_cast<size_t>(kept)) - s.draft_lo));
+  }
+  s.draft_lo = SIZE_MAX, s.draft_hi = 0;  // counted once
   if (prefix_) {
     const std::vector<int32_t> text_part(p.begin(), p.begin() + static_cast<std::ptrdiff_t>(std::min(req_media, p.size())));
     if (prefix_->usable_prefix_length(text_part, s.kv.options()) > kept)
@@ -429,6 +468,71 @@ bool Scheduler::prefill_step() {
   // as a long prompt goes on, and a stored block is usable only with its in-window pages.
   if (prefix_ && s->media_from == SIZE_MAX) prefix_->insert(s->cached, s->kv);
   if (last) on_token(*s, pick(*s, logits.data()));
+  return true;
+}
+
+bool Scheduler::draft_step() {
+  std::shared_ptr<Draft> d;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (!queue_.empty() || drafts_.empty()) return false;
+    d = drafts_.front();
+  }
+  for (auto& x : slots_)
+    if (x->phase != Slot::Phase::Idle) return false;
+  auto done = [&] {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = std::find(drafts_.begin(), drafts_.end(), d);
+    if (it != drafts_.end()) drafts_.erase(it);
+  };
+  const auto& p = d->tokens;
+  // The idle slot sharing the longest prefix (never past an image's tokens), then the LRU one,
+  // among those where the draft drops no more cached tokens than it prefills (a late draft must
+  // not wipe the KV of the conversation its request has just extended).
+  Slot* s = nullptr;
+  size_t best = 0;
+  for (auto& x : slots_) {
+    size_t l = 0;
+    while (l < x->cached.size() && l < p.size() && x->cached[l] == p[l]) ++l;
+    l = std::min(l, x->media_from);
+    if (l >= p.size()) {  // already in a slot (its request may have run): keep that slot's KV
+      done();
+      metrics_.count_draft_prefilled();
+      return false;
+    }
+    // With the prefix cache the slot's full blocks are stored there (finish()): dropping is cheap.
+    if (!prefix_ && x->cached.size() - l > p.size() - l) continue;
+    if (!s || l > best || (l == best && x->last_used < s->last_used)) s = x.get(), best = l;
+  }
+  if (!s) {
+    done();
+    metrics_.count_draft_dropped();
+    return false;
+  }
+  int kept = s->kv.truncate(static_cast<int>(best));
+  s->media_from = SIZE_MAX;  // kept <= media_from: no image tokens remain
+  s->draft_hi = std::min(s->draft_hi, static_cast<size_t>(kept));
+  if (prefix_ && prefix_->usable_prefix_length(p, s->kv.options()) > kept) {
+    kept = prefix_->load_longest_prefix(p, s->kv);
+    s->draft_hi = 0;  // the cache was rebuilt from stored pages
+  }
+  if (s->draft_hi <= s->draft_lo) s->draft_lo = SIZE_MAX, s->draft_hi = 0;
+  s->cached.assign(p.begin(), p.begin() + kept);
+  s->last_used = ++tick_;
+  const int n = std::min(opt_.draft_chunk, static_cast<int>(p.size()) - kept);
+  lm_->executor().prefill(p.data() + kept, n, s->kv, *s->ws, LogitsMode::None, logits_);
+  s->cached.insert(s->cached.end(), p.begin() + kept, p.begin() + kept + n);
+  if (s->draft_lo != SIZE_MAX && s->draft_hi == static_cast<size_t>(kept)) {
+    s->draft_hi += static_cast<size_t>(n);
+  } else {
+    s->draft_lo = static_cast<size_t>(kept), s->draft_hi = static_cast<size_t>(kept + n);
+  }
+  if (prefix_) prefix_->insert(s->cached, s->kv);
+  metrics_.add_draft_tokens(n);
+  if (static_cast<size_t>(kept + n) >= p.size()) {
+    done();
+    metrics_.count_draft_prefilled();
+  }
   return true;
 }
 

@@ -14,6 +14,17 @@
 // decode, and prefill is chunk-invariant, so a request gets the same tokens alone or under load,
 // with the prefix cache on or off (tests/server_*_test.cpp).
 //
+// Draft prefill (POST /v1/prefill, docs/server.md): submit_draft() queues the stable tokens of a
+// conversation whose last user message is still being typed. Only when the scheduler has nothing
+// else to do (no queued job, every slot idle) does it prefill a draft, one chunk of draft_chunk
+// tokens per loop iteration, into the idle slot sharing the longest prefix with it (then the
+// least recently used) among the slots where it would drop no more cached tokens than it
+// prefills (without a prefix cache; with one, a slot's blocks are stored there anyway), storing full blocks in the prefix cache: a request that arrives waits at most one
+// draft chunk, and then finds the draft's prefix in that slot. A newer draft of the same client
+// replaces the pending one; at most max_drafts are pending (the oldest is dropped). A draft
+// already covered by a slot (e.g. the request it was a draft of has run) does nothing; one that
+// no slot may take is dropped.
+//
 // Constrained decoding (grammar/): a job with a grammar masks the logits each step (greedy jobs
 // first try the unmasked argmax and mask only when the grammar rejects it, which picks the same
 // token). Tool calls (tool_choice auto): when the model emits the tool-call start token the
@@ -24,6 +35,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -51,6 +63,8 @@ struct SchedulerOptions {
   int threads = 0;            // CPU threads of the compute thread (0: default)
   int prefill_chunk = 256;
   bool batched_decode = true;  // false: one forward per slot (for tests/benchmarks)
+  int max_drafts = 16;         // pending draft prefills, all clients (>= 1)
+  int draft_chunk = 32;        // tokens per draft prefill step (a request waits at most one)
 };
 
 class Scheduler {
@@ -62,6 +76,9 @@ class Scheduler {
 
   /// Queues a job; false when the queue is full (the caller answers 429).
   bool submit(std::shared_ptr<Job> job);
+  /// Queues a draft prefill (text tokens only: never an image's soft tokens) for `client`,
+  /// replacing that client's pending draft. False when stopping or `tokens` is empty.
+  bool submit_draft(const std::string& client, std::vector<int32_t> tokens);
   /// True once stop() was called.
   bool stopping() {
     std::lock_guard<std::mutex> lk(mu_);
@@ -75,7 +92,12 @@ class Scheduler {
 
  private:
   struct Slot;
+  struct Draft {
+    std::string client;
+    std::vector<int32_t> tokens;
+  };
   void loop();
+  bool draft_step();
   void admit();
   void reap();
   bool prefill_step();
@@ -101,6 +123,7 @@ class Scheduler {
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
+  std::deque<std::shared_ptr<Draft>> drafts_;  // pending draft prefills, oldest first
   bool stop_ = false;
   int outstanding_ = 0;  // queued + running jobs
   std::thread thread_;
