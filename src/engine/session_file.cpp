@@ -77,7 +77,7 @@ class Reader {
     const uint64_t n = get<uint64_t>();
     if (n > (buf_.size() - pos_) / sizeof(T)) fail("array length past the end");
     std::vector<T> v(n);
-    std::memcpy(v.data(), buf_.data() + pos_, n * sizeof(T));
+    if (n > 0) std::memcpy(v.data(), buf_.data() + pos_, n * sizeof(T));  // (v.data() may be null when n == 0)
     pos_ += n * sizeof(T);
     return v;
   }
