@@ -9,7 +9,7 @@
 // must either take (when allows() says so) or refuse with eg::Error.
 // Vocabularies: tiny-gemma3 (JSON grammars) and tiny-gemma4 (tool calls, which need its
 // <|tool_call>, <tool_call|>, <|"|> tokens); end ids are each tokenizer's eos.
-// Checks, at every step: mask() leaves exactly the ids allowed() has set finite, and allows(id)
+// At most kMaxSteps (48) tokens per input. Checks, at every step: mask() leaves exactly the ids allowed() has set finite, and allows(id)
 // agrees with allowed() for the chosen id and 16 others; an end id is allowed only when
 // complete(); after an end id nothing is allowed. When a JSON grammar is complete(), the bytes
 // produced parse as JSON (nlohmann); when a tools grammar is complete, parse_gemma4_tool_calls
@@ -47,6 +47,10 @@ const Vocab& vocab(bool gemma4) {
   return gemma4 ? g4 : g3;
 }
 
+// Tokens per input: each step computes allowed() over the whole vocabulary (~5 ms with ASan and
+// coverage), so long walks would make the target slow; 48 tokens reach every grammar construct.
+constexpr size_t kMaxSteps = 48;
+
 bool bit(const std::vector<uint64_t>& b, int32_t id) { return (b[static_cast<size_t>(id) / 64] >> (id % 64)) & 1; }
 
 void walk(const std::shared_ptr<const eg::grammar::Grammar>& g, const Vocab& voc, bool tools, std::string_view choices) {
@@ -54,7 +58,7 @@ void walk(const std::shared_ptr<const eg::grammar::Grammar>& g, const Vocab& voc
   const int32_t n = voc.v->size();
   std::vector<float> logits(static_cast<size_t>(n));
   std::string text;  // bytes produced; special tokens as their text
-  for (size_t step = 0; step + 1 < choices.size() && step < 2 * 256; step += 2) {
+  for (size_t step = 0; step + 1 < choices.size() && step < 2 * kMaxSteps; step += 2) {
     uint16_t c;
     std::memcpy(&c, choices.data() + step, 2);
     const std::vector<uint64_t> allowed = m.allowed();  // a copy: accept() changes it
@@ -62,7 +66,7 @@ void walk(const std::shared_ptr<const eg::grammar::Grammar>& g, const Vocab& voc
     std::vector<int32_t> ids;
     for (int32_t id = 0; id < n; ++id)
       if (bit(allowed, id)) ids.push_back(id);
-    if (step % 16 == 0) {  // mask() against allowed(): the whole vocabulary (costly: not every step)
+    if (step % 32 == 0) {  // mask() against allowed(): the whole vocabulary (costly: not every step)
       std::fill(logits.begin(), logits.end(), 0.0f);
       m.mask(logits.data(), n);
       for (int32_t id = 0; id < n; ++id) check(std::isfinite(logits[static_cast<size_t>(id)]) == bit(allowed, id), "mask() != allowed()");
