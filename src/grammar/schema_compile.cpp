@@ -1,10 +1,10 @@
 // JSON Schema (supported subset) and OpenAI tools arrays -> grammar nodes (grammar_impl.h).
 // The subset and every decision are documented in docs/structured-output.md.
 #include <algorithm>
-#include <unordered_set>
 #include <cctype>
 #include <cstdint>
 #include <set>
+#include <unordered_set>
 #include <utility>
 
 #include "grammar/grammar.h"
@@ -184,7 +184,6 @@ class Compiler {
   }
 
   // Keys in the order of the Gemma 4 template's dictsort (case-insensitive, stable).
-  // The template's dictsort order (case-insensitive, stable).
   static void sort_tool_keys(std::vector<std::pair<std::string, const ojson*>>& entries) {
     std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return lower(a.first) < lower(b.first); });
   }
