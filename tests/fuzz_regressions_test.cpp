@@ -1,7 +1,6 @@
 // Regression tests for the bugs the libFuzzer targets (tests/fuzz, docs/reliability.md) found:
-// each test rebuilds the failing input (or its essence) and checks the fixed behaviour. Some bugs
-// were undefined behaviour that only a sanitizer sees; those tests say so, and catch the bug in
-// the sanitized suite (scripts/test --sanitize, run by CI).
+// each test rebuilds the failing input (or its essence) and checks the fixed behaviour. A bug that
+// was undefined behaviour only a sanitizer sees says which sanitizer catches it again.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -44,8 +43,10 @@ TEST(FuzzRegression, GgufTokenThatIsNotUtf8IsRejected) {
 }
 
 // session_fuzz: restoring a session with empty token / logits arrays passed a null pointer to
-// memcpy (undefined behaviour, reported by UBSan; harmless in a plain build, so this test can only
-// fail in the sanitized suite). An empty session must round-trip.
+// memcpy (undefined behaviour). Only clang's UBSan reports it — gcc's (CI's sanitized suite) and a
+// plain build do not — so the bug itself is guarded by session_fuzz, whose seeds include this
+// empty session (a clang build of this test under UBSan fails with the bug back). Here: an empty
+// session must round-trip.
 TEST(FuzzRegression, EmptySessionRoundTrips) {
   const auto lm = std::shared_ptr<const eg::LoadedModel>(eg::LoadedModel::load_dir(egtest::shared_dir() + "/models/tiny-gemma3"));
   eg::SessionOptions o;
