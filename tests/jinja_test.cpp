@@ -280,6 +280,29 @@ TEST(Jinja, UndefinedValues) {
   expect_error("{% macro m(a) %}{{ a.x }}{% endmacro %}{{ m() }}", "parameter 'a' was not provided");
 }
 
+// The resource limits of one render (interpreter.cpp, docs/reliability.md): each limit is reached
+// by a template just past it, and a template just under it renders.
+TEST(Jinja, ResourceLimits) {
+  // Rendered text: at most 32 MiB.
+  EXPECT_EQ(render("{% for i in range(2) %}{{ 'x' * 16000000 }}{% endfor %}").size(), 32000000u);
+  expect_error("{% for i in range(3) %}{{ 'x' * 16000000 }}{% endfor %}", "the rendered text exceeds 32 MiB");
+  // ... also when the text is built inside a macro or a block set and printed at once.
+  expect_error("{% macro m() %}{% for i in range(3) %}{{ 'x' * 16000000 }}{% endfor %}{% endmacro %}{{ m() }}",
+               "the rendered text exceeds 32 MiB");
+  // Loop iterations + macro calls: at most 2,000,000 per render (nested loops, recursion). (That
+  // the longest conversation the server accepts renders within it: server_limits_test.)
+  EXPECT_EQ(render("{% for a in range(100) %}{% for b in range(100) %}{% endfor %}{% endfor %}ok"), "ok");
+  expect_error("{% for a in range(1000) %}{% for b in range(2000) %}{% endfor %}{% endfor %}",
+               "more than 2000000 loop iterations and macro calls");
+  expect_error("{% macro f() %}{% endmacro %}{% for a in range(1000) %}{% for b in range(1000) %}{{ f() }}{% endfor %}{% endfor %}",
+               "more than 2000000 loop iterations and macro calls");
+  // Macro recursion: at most 200 deep; one string repetition at most 64 MiB; range() 100000 items.
+  EXPECT_EQ(render("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{% else %}end{% endif %}{% endmacro %}{{ f(199) }}"), "end");
+  expect_error("{% macro f(n) %}{% if n > 0 %}{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(200) }}", "recursion deeper than 200");
+  expect_error("{{ 'ab' * 40000000 }}", "string repetition beyond 64 MiB");
+  expect_error("{{ range(100001) | length }}", "range too big");
+}
+
 TEST(Jinja, RuntimeErrors) {
   expect_error("x\n{{ 1 + 'a' }}", "chat template: line 2: unsupported operand type(s) for +: 'int' and 'str'");
   expect_error("{{ 'a' + 1 }}", "can only concatenate str");

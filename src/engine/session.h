@@ -269,8 +269,13 @@ class Session {
   /// Restores a file written by save() for the same model. Throws eg::Error naming the file for
   /// a missing, truncated, damaged (checksum), wrong-version or foreign (other model) file, and
   /// then leaves the session unchanged. After a restore the session continues exactly as the
-  /// saved one would have (same tokens for the same seed). The draft is not saved.
+  /// saved one would have (same tokens for the same seed). The draft is not saved. A file larger
+  /// than max_file_bytes() is refused before it is read.
   void restore(const std::string& path);
+  /// The largest session file of this model restore() reads: 4 × the F32 KV cache of the model's
+  /// whole context (any page size), + the logits, 64 bytes per context position for token ids and
+  /// message text, + 64 MiB for options and the chat template (docs/reliability.md).
+  size_t max_file_bytes() const;
 
   /// Pages in every weight byte (one read per page) and runs a one-token forward pass on a
   /// scratch cache, so the first real prompt does not pay page faults.

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -77,7 +78,7 @@ class Reader {
     const uint64_t n = get<uint64_t>();
     if (n > (buf_.size() - pos_) / sizeof(T)) fail("array length past the end");
     std::vector<T> v(n);
-    std::memcpy(v.data(), buf_.data() + pos_, n * sizeof(T));
+    if (n > 0) std::memcpy(v.data(), buf_.data() + pos_, n * sizeof(T));  // (v.data() may be null when n == 0)
     pos_ += n * sizeof(T);
     return v;
   }
@@ -180,9 +181,30 @@ struct SessionFile {
     return std::move(w.buf);
   }
 
+  // The largest file a session of this model can need (Session::max_file_bytes).
+  static size_t max_file_bytes(const LoadedModel& lm) {
+    const ModelConfig& cfg = lm.model().config();
+    const int ctx = std::max(cfg.max_position_embeddings, 1);
+    KVCacheOptions ko;
+    ko.type = KVType::F32;  // the widest KV type
+    ko.max_tokens = ctx;
+    // ×4: any page size up to the context (a page may hold up to page_tokens - 1 positions more
+    // than stored, sliding layers keep their window plus a margin of at least a page).
+    const size_t kv = 4 * kv_bytes_for_context(cfg, ctx, ko);
+    // Last logits; context + cached token ids and their text in messages; options, template.
+    return kv + 4 * static_cast<size_t>(cfg.vocab_size) + 64 * static_cast<size_t>(ctx) + (size_t{64} << 20);
+  }
+
   static void restore(Session& s, const std::string& path) {
     std::ifstream f(path, std::ios::binary);
     if (!f) throw Error(path + ": cannot open session file: " + std::strerror(errno));
+    // Checked before anything is read: a huge file (or a special file) is refused, not loaded.
+    std::error_code ec;
+    const uintmax_t size = std::filesystem::file_size(path, ec);
+    const size_t limit = max_file_bytes(*s.lm_);
+    if (!ec && size > limit)
+      throw Error(path + ": session file of " + format_bytes(size) + " is larger than any session of this model can be (" +
+                  format_bytes(limit) + ")");
     std::string file((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     const size_t head = sizeof kMagic + 4 + 8;
     if (file.size() < head || std::memcmp(file.data(), kMagic, sizeof kMagic) != 0)
@@ -329,6 +351,8 @@ void Session::save(const std::string& path) {
     ::close(dfd);
   }
 }
+
+size_t Session::max_file_bytes() const { return SessionFile::max_file_bytes(*lm_); }
 
 void Session::restore(const std::string& path) {
   stop_worker_job();

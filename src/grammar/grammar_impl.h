@@ -80,6 +80,7 @@ constexpr int kMaxStack = 48;         // frames per thread
 constexpr int kMaxAnyNesting = 32;    // Any: containers only while the stack is shallower
 constexpr int kMaxSchemaDepth = 24;   // schema nesting accepted by the compiler
 constexpr int kMaxStringLength = 1000000;  // largest minLength / maxLength accepted
+constexpr int kMaxGrammarSize = 100000;    // nodes + enum/const trie nodes of one compiled schema / tools array
 
 struct Frame {
   int32_t node;

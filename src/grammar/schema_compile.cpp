@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdint>
 #include <set>
+#include <unordered_set>
 #include <utility>
 
 #include "grammar/grammar.h"
@@ -74,8 +75,13 @@ std::pair<int, int> string_bounds(const ojson& sc, const std::string& path) {
 class Compiler {
  public:
   explicit Compiler(GrammarDef& g) : g_(g) {}
+  size_t size_ = 0;  // nodes + literal-trie nodes added (kMaxGrammarSize)
 
   int add(Node n) {
+    size_ += 1 + n.lits.size();
+    if (size_ > static_cast<size_t>(kMaxGrammarSize))
+      throw SchemaError("the schema is too large: its grammar exceeds " + std::to_string(kMaxGrammarSize) +
+                        " nodes (properties, enum characters, alternatives)");
     g_.nodes.push_back(std::move(n));
     return static_cast<int>(g_.nodes.size()) - 1;
   }
@@ -154,12 +160,15 @@ class Compiler {
     } else if (v.is_object()) {
       out.push_back('{');
       bool first = true;
-      for (const std::string& k : tool_key_order(v)) {
+      std::vector<std::pair<std::string, const ojson*>> entries;
+      for (auto it = v.begin(); it != v.end(); ++it) entries.emplace_back(it.key(), &it.value());
+      sort_tool_keys(entries);
+      for (const auto& [k, value] : entries) {
         if (!first) out.push_back(',');
         first = false;
         append_bytes(out, k);
         out.push_back(':');
-        value_syms(v.at(k), tool, out);
+        value_syms(*value, tool, out);
       }
       out.push_back('}');
     } else if (v.is_array()) {
@@ -175,12 +184,8 @@ class Compiler {
   }
 
   // Keys in the order of the Gemma 4 template's dictsort (case-insensitive, stable).
-  static std::vector<std::string> tool_key_order(const ojson& obj) {
-    std::vector<std::string> keys;
-    for (auto it = obj.begin(); it != obj.end(); ++it) keys.push_back(it.key());
-    std::stable_sort(keys.begin(), keys.end(),
-                     [](const std::string& a, const std::string& b) { return lower(a) < lower(b); });
-    return keys;
+  static void sort_tool_keys(std::vector<std::pair<std::string, const ojson*>>& entries) {
+    std::stable_sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return lower(a.first) < lower(b.first); });
   }
 
   static void check_tool_key(const std::string& k, const std::string& path) {
@@ -337,24 +342,28 @@ class Compiler {
   int compile_object(const ojson& sc, bool tool, const std::string& path, int depth) {
     Node n;
     n.kind = Kind::Object, n.tool = tool;
-    ojson props = ojson::object();
-    if (sc.contains("properties")) {
-      props = sc["properties"];
-      if (!props.is_object()) throw SchemaError("'properties' at " + path + " must be an object");
+    // (key, schema) in emission order. Linear in the number of properties: ordered_json's own
+    // lookups are linear, so no per-property lookup into it (a schema of 10^5 properties would be
+    // quadratic; found by tests/limits_test).
+    std::vector<std::pair<std::string, const ojson*>> entries;
+    if (auto it = sc.find("properties"); it != sc.end()) {
+      if (!it->is_object()) throw SchemaError("'properties' at " + path + " must be an object");
+      for (auto p = it->begin(); p != it->end(); ++p) entries.emplace_back(p.key(), &p.value());
     }
-    std::vector<std::string> required;
+    std::unordered_set<std::string> have;
+    for (const auto& e : entries) have.insert(e.first);
+    std::unordered_set<std::string> required;
     if (sc.contains("required")) {
       const ojson& r = sc["required"];
       if (!r.is_array()) throw SchemaError("'required' at " + path + " must be an array of strings");
       for (const auto& e : r) {
         if (!e.is_string()) throw SchemaError("'required' at " + path + " must be an array of strings");
-        if (std::find(required.begin(), required.end(), e.get<std::string>()) == required.end())
-          required.push_back(e.get<std::string>());
+        // A required name without a schema in `properties`: any value (appended in order).
+        static const ojson kAnyValue = true;
+        if (required.insert(e.get<std::string>()).second && have.insert(e.get<std::string>()).second)
+          entries.emplace_back(e.get<std::string>(), &kAnyValue);
       }
     }
-    // A required name without a schema in `properties`: any value.
-    for (const auto& r : required)
-      if (!props.contains(r)) props[r] = true;
     bool extras = true;
     int extra_schema = -1;
     if (sc.contains("additionalProperties")) {
@@ -367,23 +376,18 @@ class Compiler {
         throw SchemaError("'additionalProperties' at " + path + " must be a boolean or a schema");
       }
     }
-    std::vector<std::string> order;
-    if (tool) {
-      order = tool_key_order(props);
-    } else {
-      for (auto it = props.begin(); it != props.end(); ++it) order.push_back(it.key());
-    }
-    for (const std::string& k : order) {
+    if (tool) sort_tool_keys(entries);
+    for (const auto& [k, schema] : entries) {
       const std::string sub = path + "/properties/" + k;
       Prop p;
-      p.required = std::find(required.begin(), required.end(), k) != required.end();
+      p.required = required.count(k) > 0;
       if (tool) {
         check_tool_key(k, sub);
         p.key = literal(k + ":", tool);
       } else {
         p.key = literal(ojson(k).dump(), tool);
       }
-      p.value = compile(props[k], tool, sub, depth + 1);
+      p.value = compile(*schema, tool, sub, depth + 1);
       n.props.push_back(p);
     }
     if (n.props.empty() && extras) {

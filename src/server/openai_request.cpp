@@ -11,6 +11,7 @@
 #include "engine/session.h"
 #include "server/api_error.h"
 #include "server/image_input.h"
+#include "server/limits.h"
 
 namespace eg::server {
 
@@ -19,6 +20,8 @@ using json = nlohmann::ordered_json;
 namespace {
 
 [[noreturn]] void bad(const std::string& param, const std::string& msg) { throw ApiError(400, msg, param); }
+
+
 
 std::string num(double v) {
   char b[32];
@@ -155,7 +158,7 @@ void parse_common(const json& b, const RequestContext& ctx, GenRequest& r) {
     if (s->is_string()) {
       r.stop.push_back(s->get<std::string>());
     } else if (s->is_array()) {
-      if (s->size() > 16) bad("stop", "at most 16 stop strings");
+      if (s->size() > kMaxStopStrings) bad("stop", "at most " + std::to_string(kMaxStopStrings) + " stop strings");
       for (const json& x : *s) {
         if (!x.is_string()) bad("stop", "'stop' must be a string or an array of strings");
         r.stop.push_back(x.get<std::string>());
@@ -236,7 +239,7 @@ nlohmann::ordered_json template_tool_calls(const json& calls, const std::string&
     tc["function"]["name"] = name;
     const json* a = field(*f, "arguments");
     if (a && a->is_string()) {
-      nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(a->get<std::string>(), nullptr, false);
+      nlohmann::ordered_json parsed = parse_json_limited(a->get<std::string>(), "tool call arguments", param);
       if (parsed.is_discarded() || !parsed.is_object())
         bad(param, "tool call arguments must be a JSON object (as a string)");
       tc["function"]["arguments"] = parsed;
@@ -276,6 +279,8 @@ void parse_tools(const json& b, const RequestContext& ctx, GenRequest& r) {
     return;
   }
   if (!tools->is_array()) bad("tools", "'tools' must be an array");
+  if (tools->size() > kMaxTools)
+    bad("tools", "at most " + std::to_string(kMaxTools) + " tools, got " + std::to_string(tools->size()));
   bool found = r.tool_choice != "function";
   for (const json& t : *tools) {
     if (!t.is_object() || get_string(t, "type", "function") != "function")
@@ -322,8 +327,22 @@ void parse_response_format(const json& b, GenRequest& r) {
 
 }  // namespace
 
+json parse_json_limited(const std::string& text, const std::string& what, const std::string& param) {
+  std::vector<size_t> keys;  // per open object
+  const json::parser_callback_t cb = [&](int depth, json::parse_event_t ev, json&) {
+    if (depth > kMaxJsonDepth)
+      throw ApiError(400, what + " nests deeper than " + std::to_string(kMaxJsonDepth) + " levels", param);
+    if (ev == json::parse_event_t::object_start) keys.push_back(0);
+    if (ev == json::parse_event_t::object_end && !keys.empty()) keys.pop_back();
+    if (ev == json::parse_event_t::key && !keys.empty() && ++keys.back() > kMaxObjectKeys)
+      throw ApiError(400, what + " has an object of more than " + std::to_string(kMaxObjectKeys) + " keys", param);
+    return true;
+  };
+  return json::parse(text, cb, false);
+}
+
 json parse_body(const std::string& body) {
-  json b = json::parse(body, nullptr, false);
+  json b = parse_json_limited(body, "the request body", "");
   if (b.is_discarded()) throw ApiError(400, "the request body is not valid JSON");
   if (!b.is_object()) throw ApiError(400, "the request body must be a JSON object");
   return b;
@@ -343,6 +362,8 @@ GenRequest parse_chat_request(const json& b, const RequestContext& ctx, size_t* 
   if (!msgs) bad("messages", "'messages' is required");
   if (!msgs->is_array()) bad("messages", "'messages' must be an array");
   if (msgs->empty()) bad("messages", "'messages' must not be empty");
+  if (msgs->size() > kMaxMessages)
+    bad("messages", "at most " + std::to_string(kMaxMessages) + " messages, got " + std::to_string(msgs->size()));
   std::vector<ChatMessage> conv;
   std::vector<vision::RgbImage> decoded;  // every image of the request, in order
   std::vector<size_t> images_of;          // per message: images decoded up to its end

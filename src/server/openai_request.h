@@ -49,7 +49,14 @@ GenRequest parse_chat_request(const nlohmann::ordered_json& body, const RequestC
 GenRequest parse_completion_request(const nlohmann::ordered_json& body, const RequestContext& ctx);
 
 /// Parses a request body (keeping key order: JSON-schema properties are generated in the
-/// client's order); malformed JSON or a non-object is ApiError(400).
+/// client's order); malformed JSON or a non-object is ApiError(400), and so is JSON past the
+/// limits of parse_json_limited.
 nlohmann::ordered_json parse_body(const std::string& body);
+
+/// JSON text -> ordered_json, refusing (ApiError(400) "<what> nests deeper than ..." / "<what> has
+/// an object of more than ... keys", with `param`) nesting deeper than kMaxJsonDepth and objects
+/// of more than kMaxObjectKeys keys (server/limits.h) while parsing. Malformed text gives a
+/// discarded value.
+nlohmann::ordered_json parse_json_limited(const std::string& text, const std::string& what, const std::string& param);
 
 }  // namespace eg::server

@@ -81,6 +81,10 @@ Tokenizer Tokenizer::from_gguf(const GGUFFile& g) {
   bpe.has_piece.assign(n, 1);
   size_t total = 0;
   for (size_t id = 0; id < n; ++id) {
+    // GGUF strings are raw bytes; a piece that is not UTF-8 would reach decoded text (found by
+    // tests/fuzz/gguf_tokenizer_fuzz). Byte pieces are written as "<0xNN>" text, so no real
+    // vocabulary has one.
+    if (!utf8::is_valid(tokens[id])) fail("tokenizer.ggml.tokens[" + std::to_string(id) + "] is not valid UTF-8");
     std::string p = tokens[id];
     if (types[id] == kUserDefined && model == "llama") p = replace_all(p, " ", kSpace);
     total += p.size();

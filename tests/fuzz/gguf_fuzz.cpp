@@ -1,13 +1,6 @@
-// libFuzzer target for the GGUF reader (GGUFFile::parse: header, metadata, tensor table). Not
-// part of the CMake build; build it with clang from the repository root:
-//
-//   mkdir -p build-fuzz/gguf-corpus
-//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-//     -Isrc tests/fuzz/gguf_fuzz.cpp src/format/gguf_read.cpp src/format/gguf_write.cpp \
-//     src/format/mapped_file.cpp src/core/dtype.cpp -o build-fuzz/gguf_fuzz
-//   # seeds: small real files (the header part is what matters), e.g.
-//   head -c 4096 ../shared/models/gguf/tiny-gemma4-moe/tiny-gemma4-moe-q4_0.gguf > build-fuzz/gguf-corpus/moe
-//   build-fuzz/gguf_fuzz -max_total_time=180 -max_len=8192 build-fuzz/gguf-corpus
+// libFuzzer target for the GGUF reader (GGUFFile::parse: header, metadata, tensor table), built by
+// scripts/fuzz (docs/reliability.md). Seeds (EG_FUZZ_WRITE_SEEDS): the first 8 KiB of each fixture
+// GGUF (the header part is what matters).
 //
 // Checks on every accepted file (independently of the parser's own bookkeeping): each tensor's
 // bytes lie inside the buffer, after the data offset, at an aligned offset, with
@@ -18,8 +11,28 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <filesystem>
+
 #include "core/error.h"
 #include "format/gguf.h"
+#include "fuzz_util.h"
+
+namespace {
+
+void write_seeds(const std::string& dir) {
+  for (const auto& e : std::filesystem::recursive_directory_iterator(egfuzz::shared_dir() + "/models/gguf")) {
+    if (e.path().extension() != ".gguf") continue;
+    const std::string head = egfuzz::read_text(e.path().string()).substr(0, 8192);
+    egfuzz::write_seed(dir, e.path().stem().string(), head);
+  }
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  egfuzz::maybe_write_seeds(write_seeds);
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Copy into an exactly-sized heap buffer so ASan catches reads past the end.

@@ -1,18 +1,6 @@
 // libFuzzer target for the safetensors reader (TensorStore::open_file) and the sharded index
-// reader (TensorStore::open_dir). Not part of the CMake build; build it with clang from the
-// repository root:
-//
-//   mkdir -p build-fuzz/corpus
-//   clang++ -std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-//     -Isrc tests/fuzz/safetensors_fuzz.cpp src/format/safetensors.cpp src/format/mapped_file.cpp \
-//     src/core/dtype.cpp -o build-fuzz/safetensors_fuzz
-//   # seed 1, a small valid file (mode byte 0):
-//   printf '\0\x4f\0\0\0\0\0\0\0{"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"a":"b"}}\0\0\0\0\0\0\0\0' > build-fuzz/corpus/file
-//   # seed 2, a small index (mode byte 1):
-//   printf '\1{"weight_map":{"t":"shard.safetensors","u":"shard.safetensors"}}' > build-fuzz/corpus/index
-//   build-fuzz/safetensors_fuzz -max_total_time=30 -max_len=4096 build-fuzz/corpus
-//
-// (On Debian, clang needs libclang-rt-<version>-dev for -fsanitize=fuzzer.)
+// reader (TensorStore::open_dir), built by scripts/fuzz (docs/reliability.md). Seeds
+// (EG_FUZZ_WRITE_SEEDS): a small valid file (mode byte 0) and a small index (mode byte 1).
 //
 // Input: first byte selects the mode; the rest is the file content.
 //   even: a .safetensors file, opened with open_file. A successful load is checked against an
@@ -35,6 +23,7 @@
 
 #include "core/error.h"
 #include "format/safetensors.h"
+#include "fuzz_util.h"
 
 namespace {
 
@@ -130,6 +119,19 @@ void fuzz_index(const uint8_t* data, size_t size) {
 }
 
 }  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  egfuzz::maybe_write_seeds([](const std::string& dir) {
+    const std::string header = R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"a":"b"}})";
+    std::string file(1, '\0');
+    const uint64_t n = header.size();
+    file.append(reinterpret_cast<const char*>(&n), 8);
+    file += header + std::string(8, '\0');
+    egfuzz::write_seed(dir, "file", file);
+    egfuzz::write_seed(dir, "index", "\1{\"weight_map\":{\"t\":\"shard.safetensors\",\"u\":\"shard.safetensors\"}}");
+  });
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   setup();

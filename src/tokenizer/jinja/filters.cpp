@@ -337,10 +337,11 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& x, Cal
       return Value::list(std::move(out));
     }
     std::vector<Value> seen;
-    for (auto& [k, item] : keyed) {
+    for (auto& kv : keyed) {
+      const Value& k = kv.first;  // (not a structured binding: clang < 16 cannot capture one)
       if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, k); })) continue;
       seen.push_back(k);
-      out.push_back(item);
+      out.push_back(kv.second);
     }
     return generator(std::move(out));
   }

@@ -8,8 +8,12 @@ namespace eg::jinja {
 
 namespace {
 
-constexpr int kMaxCallDepth = 200;  // macro recursion
-constexpr size_t kMaxOutput = size_t{256} << 20;
+// Resource limits of one render (docs/reliability.md). A real chat template renders a conversation
+// with a few thousand loop iterations into well under 1 MiB; these only stop a hostile or broken
+// template from taking unbounded time or memory.
+constexpr int kMaxCallDepth = 200;                // macro recursion
+constexpr size_t kMaxOutput = size_t{32} << 20;   // rendered text (a 128k-token prompt is ~0.5 MiB)
+constexpr int64_t kMaxSteps = 2'000'000;          // loop iterations + macro calls
 
 [[noreturn]] void runtime_error(int line, const std::string& msg) {
   throw Error("chat template: line " + std::to_string(line) + ": " + msg);
@@ -114,8 +118,13 @@ Interpreter::Flow Interpreter::exec_node(const Node& n, const ScopePtr& scope, s
   } catch (const ValueError& e) {
     rethrow_with_line(e, n.line);
   }
-  if (out.size() > kMaxOutput) runtime_error(n.line, "the rendered text exceeds 256 MiB");
+  if (out.size() > kMaxOutput) runtime_error(n.line, "the rendered text exceeds 32 MiB");
   return Flow::Normal;
+}
+
+void Interpreter::step() {
+  if (++steps_ > kMaxSteps)
+    eval_error("the template ran more than " + std::to_string(kMaxSteps) + " loop iterations and macro calls");
 }
 
 void Interpreter::exec_for(const Node& n, const ScopePtr& scope, std::string& out) {
@@ -123,6 +132,7 @@ void Interpreter::exec_for(const Node& n, const ScopePtr& scope, std::string& ou
   if (n.cond) {
     std::vector<Value> kept;
     for (Value& v : items) {
+      step();
       auto s = child_of(scope);
       assign(*s, n.targets, v);
       if (eval(*n.cond, s).truthy()) kept.push_back(std::move(v));
@@ -131,6 +141,7 @@ void Interpreter::exec_for(const Node& n, const ScopePtr& scope, std::string& ou
   }
   const int64_t len = static_cast<int64_t>(items.size());
   for (int64_t i = 0; i < len; ++i) {
+    step();
     auto s = child_of(scope);
     assign(*s, n.targets, items[static_cast<size_t>(i)]);
     auto loop = std::make_shared<ObjectData>();
@@ -182,6 +193,7 @@ Value Interpreter::call_macro(const Node& n, const std::weak_ptr<Scope>& defined
   ScopePtr parent = defined_in.lock();
   if (!parent) eval_unsupported("calling macro '" + name + "' outside the scope that defined it");
   if (call_depth_ >= kMaxCallDepth) eval_error("macro recursion deeper than " + std::to_string(kMaxCallDepth));
+  step();
   auto s = child_of(parent);
   if (args.pos.size() > n.params.size())
     eval_error("macro '" + name + "' takes not more than " + std::to_string(n.params.size()) + " argument(s)");

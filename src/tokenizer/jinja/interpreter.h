@@ -5,6 +5,7 @@
 // scope (so a `set` inside a loop is gone after it and only namespace attributes carry state
 // out), macros see the scope they were defined in as it is when they are called.
 #pragma once
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -41,7 +42,11 @@ class Interpreter {
   Value eval_inner(const Expr& e, const ScopePtr& scope);
   CallArgs eval_args(const Expr& e, size_t first, const ScopePtr& scope);
 
+  /// Counts one loop iteration or macro call against the render's budget (interpreter.cpp).
+  void step();
+
   int call_depth_ = 0;
+  int64_t steps_ = 0;
 };
 
 }  // namespace eg::jinja

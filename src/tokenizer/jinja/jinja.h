@@ -22,6 +22,9 @@
 //   globals      range namespace dict raise_exception strftime_now
 // Anything else fails with eg::Error "chat template: unsupported Jinja feature '...' at line N"
 // (at parse time for statements, filters and tests; when reached for methods and operators).
+// Limits of one render (eg::Error when exceeded; docs/reliability.md): macro recursion 200 deep,
+// 2,000,000 loop iterations + macro calls, 32 MiB of rendered text, one string repetition 64 MiB,
+// one list repetition 1,000,000 items, range() 100,000 items; parsing: nesting 200 deep.
 // Undefined values behave as jinja2's default Undefined: falsy, printed as "", an error when
 // used in arithmetic, called, or looked into.
 #pragma once
