@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "engine/audio_prompt.h"
 #include "engine/image_prompt.h"
 #include "engine/prompt_bos.h"
 #include "format/gguf.h"
@@ -58,6 +59,15 @@ const ImageEncoder& LoadedModel::image_encoder() const {
     image_enc_ = ImageEncoder::load(*this, dir_);
   }
   return *image_enc_;
+}
+
+const AudioEncoder& LoadedModel::audio_encoder() const {
+  std::lock_guard<std::mutex> lk(audio_mu_);
+  if (!audio_enc_) {
+    if (dir_.empty()) throw Error("this model has no audio tower (a GGUF file: mmproj files are not supported yet)");
+    audio_enc_ = AudioEncoder::load(*this, dir_);
+  }
+  return *audio_enc_;
 }
 
 std::unique_ptr<LoadedModel> LoadedModel::load_dir(const std::string& dir) {
