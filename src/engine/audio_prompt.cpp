@@ -113,6 +113,7 @@ std::vector<std::shared_ptr<SessionImage>> encode_session_audio(const AudioEncod
     im->n = n;
     im->id = next_image_id();
     im->bidirectional = false;
+    im->audio = true;
     const size_t len = static_cast<size_t>(n) * hidden_size;
     if (row + len > soft.size()) throw Error("internal: the audio tower gave too few soft tokens");
     im->soft.assign(soft.begin() + row, soft.begin() + row + len);
@@ -234,6 +235,75 @@ MediaPrompt build_media_prompt(const LoadedModel& lm, const ImageEncoder* ie, co
   }
   std::sort(r.spans.begin(), r.spans.end(), [](const EmbedSpan& a, const EmbedSpan& b) { return a.begin < b.begin; });
   return r;
+}
+
+size_t expand_rendered_media(const ImageEncoder* ie, const AudioEncoder* ae, std::string& text,
+                             std::vector<std::pair<size_t, size_t>>& protect,
+                             const std::vector<std::shared_ptr<const SessionImage>>& items, size_t* cut) {
+  for (const auto& it : items) {
+    if (it->audio && !ae) throw Error("this model has no audio tower");
+    if (!it->audio && !ie) throw Error("this model has no vision tower");
+  }
+  const std::string im = ie ? ie->marker() : std::string(), am = ae ? ae->marker() : std::string();
+  auto next = [&](size_t from, bool& is_audio) {
+    const size_t a = am.empty() ? std::string::npos : text.find(am, from);
+    const size_t b = im.empty() ? std::string::npos : text.find(im, from);
+    is_audio = a < b;
+    return std::min(a, b);
+  };
+  std::string out;
+  std::vector<std::pair<size_t, size_t>> shifts;  // (original position, bytes added before it)
+  size_t at = 0, k = 0, last_end = 0, added = 0;
+  bool is_audio = false;
+  for (size_t q = next(0, is_audio); q != std::string::npos;) {
+    const size_t len = is_audio ? am.size() : im.size();
+    bool inside = false;
+    for (const auto& c : protect) inside = inside || (q >= c.first && q < c.second);
+    if (!inside) {
+      if (k < items.size()) {
+        if (items[k]->audio != is_audio)
+          throw Error("the chat template wrote an " + std::string(is_audio ? "audio" : "image") + " marker where " +
+                      (items[k]->audio ? "an audio clip" : "an image") + " belongs");
+        const std::string rep = is_audio ? ae->expanded_marker({items[k]->n}) : ie->expanded_marker(items[k]->n);
+        out.append(text, at, q - at);
+        out += rep;
+        last_end = out.size();
+        added += rep.size() - len;
+        shifts.push_back({q + len, added});
+      }
+      at = q + len;
+      ++k;
+    }
+    q = next(q + len, is_audio);
+  }
+  if (k != items.size())
+    throw Error("the chat template wrote " + std::to_string(k) + " media marker(s) for " + std::to_string(items.size()) +
+                " image(s) / audio block(s)");
+  out.append(text, at, std::string::npos);
+  auto map = [&](size_t pos) {
+    size_t add = 0;
+    for (const auto& s : shifts)
+      if (s.first <= pos) add = s.second;
+    return pos + add;
+  };
+  for (auto& c : protect) c = {map(c.first), map(c.second)};
+  if (cut != nullptr && *cut != std::string::npos) *cut = map(*cut);
+  text = std::move(out);
+  return last_end;
+}
+
+std::vector<int> media_placeholder_runs(const ImageEncoder* ie, const AudioEncoder* ae, const std::vector<int32_t>& ids,
+                                        const std::vector<std::shared_ptr<const SessionImage>>& items) {
+  std::vector<int> ic, ac;
+  for (const auto& it : items) (it->audio ? ac : ic).push_back(it->n);
+  if (!ic.empty() && !ie) throw Error("this model has no vision tower");
+  if (!ac.empty() && !ae) throw Error("this model has no audio tower");
+  const std::vector<int> is = ie ? runs_of(ids, ie->config().image_token_id, ic, "image") : std::vector<int>{};
+  const std::vector<int> as = ae ? runs_of(ids, ae->config().audio_token_id, ac, "audio") : std::vector<int>{};
+  std::vector<int> starts;
+  size_t a = 0, b = 0;
+  for (const auto& it : items) starts.push_back(it->audio ? as[a++] : is[b++]);
+  return starts;
 }
 
 }  // namespace eg

@@ -83,4 +83,19 @@ MediaPrompt build_media_prompt(const LoadedModel& lm, const ImageEncoder* images
 std::vector<std::shared_ptr<SessionImage>> encode_session_audio(const AudioEncoder& enc, const audio::Pcm& pcm16k,
                                                                 int hidden_size);
 
+/// The processor's expansion of a rendered chat prompt whose media are `items` (images and audio
+/// segments, in order; the template wrote one marker per item): every image / audio marker of
+/// `text` outside the `protect` ranges is replaced, in order, by its item's expansion; `protect`
+/// and `*cut` are shifted to match. Returns the end of the last expansion. Throws eg::Error when
+/// the markers do not match the items in number or kind, or an encoder a kind needs is null.
+size_t expand_rendered_media(const ImageEncoder* images, const AudioEncoder* audio, std::string& text,
+                             std::vector<std::pair<size_t, size_t>>& protect,
+                             const std::vector<std::shared_ptr<const SessionImage>>& items, size_t* cut = nullptr);
+
+/// The start of each item's placeholder run in `ids` (images and audio segments in order). Throws
+/// eg::Error when the runs do not match the items (placeholder text typed in the prompt, ...).
+std::vector<int> media_placeholder_runs(const ImageEncoder* images, const AudioEncoder* audio,
+                                        const std::vector<int32_t>& ids,
+                                        const std::vector<std::shared_ptr<const SessionImage>>& items);
+
 }  // namespace eg
