@@ -41,3 +41,24 @@ inline std::string wav16(int rate, int channels, const std::vector<int16_t>& v) 
 inline std::string clip_path(const std::string& id) { return g4mm_dir() + "/inputs/" + id + ".wav"; }
 
 }  // namespace egtest
+
+#include <sndfile.h>
+
+namespace egtest {
+
+/// The int16 mono samples written to `path` as `format` (SF_FORMAT_FLAC | SF_FORMAT_PCM_16,
+/// SF_FORMAT_OGG | SF_FORMAT_VORBIS, SF_FORMAT_MPEG | SF_FORMAT_MPEG_LAYER_III) by libsndfile's
+/// encoder. Returns false when this libsndfile cannot write the format.
+inline bool write_encoded(const std::string& path, int format, int rate, const std::vector<int16_t>& v) {
+  SF_INFO info{};
+  info.samplerate = rate;
+  info.channels = 1;
+  info.format = format;
+  SNDFILE* f = sf_open(path.c_str(), SFM_WRITE, &info);
+  if (!f) return false;
+  const bool ok = sf_write_short(f, v.data(), static_cast<sf_count_t>(v.size())) == static_cast<sf_count_t>(v.size());
+  sf_close(f);
+  return ok;
+}
+
+}  // namespace egtest

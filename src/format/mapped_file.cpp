@@ -24,11 +24,12 @@ struct FdGuard {
   }
 };
 
-// Live mappings (base -> size), for release_pages.
+// Live mappings (base -> size), for release_pages. Never destroyed: a MappedFile held by another
+// static (a test's model cache) may be closed during static destruction, after this map would be.
 std::mutex g_maps_mu;
 std::map<const uint8_t*, size_t>& live_maps() {
-  static std::map<const uint8_t*, size_t> m;
-  return m;
+  static auto* m = new std::map<const uint8_t*, size_t>();
+  return *m;
 }
 
 [[noreturn]] void fail(const std::string& path, const std::string& reason) {
