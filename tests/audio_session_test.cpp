@@ -40,9 +40,7 @@ GenerateParams n_tokens(int n) {
   return g;
 }
 
-// The fixture model, loaded once. Not sessiontest::model: its static cache is constructed before
-// the first model load, so it outlives MappedFile's static registry and crashes at exit
-// (format/mapped_file.cpp); a function-local static initialised by the load itself does not.
+// The fixture model, loaded once (the models without an audio tower are loaded per test).
 std::shared_ptr<const LoadedModel> mm() {
   static const std::shared_ptr<const LoadedModel> m = LoadedModel::load_dir(egtest::g4mm_dir());
   return m;
