@@ -131,6 +131,21 @@ int eg_session_add_message(eg_session* session, const char* role, const char* co
 int eg_session_add_image(eg_session* session, const char* path);
 int eg_session_add_image_rgb(eg_session* session, const uint8_t* pixels, int32_t width, int32_t height,
                              int32_t channels, int32_t stride_bytes);
+/* Audio (Gemma 4 E2B/E4B, models with an audio tower; docs/audio.md). Chat mode: attaches an audio
+ * clip to the message being typed, like eg_session_add_image (images and clips of one message come
+ * before its text, in the order attached). The clip is resampled to 16 kHz mono and encoded by the
+ * audio tower during the call (25 soft tokens per second; a clip over 30 s becomes one block per
+ * 30 s), and its tokens start prefilling in the background. Fails with EG_ERR_FAILED, changing
+ * nothing, when the model has no audio tower ("this model has no audio tower"), in raw mode, or
+ * for a bad clip (unreadable, truncated, corrupt, empty, under 10 ms, over 10 minutes).
+ *
+ * eg_session_add_audio: an audio file (WAV PCM 8/16/24/32-bit or float, FLAC, OGG, MP3; any rate).
+ *
+ * eg_session_add_audio_pcm: n_samples mono float samples (nominally in [-1, 1]) at sample_rate Hz
+ * (1000 to 384000), copied during the call. NULL samples, n_samples <= 0 or a rate out of range
+ * fail with EG_ERR_INVALID_ARGUMENT; a non-finite sample with EG_ERR_FAILED. */
+int eg_session_add_audio(eg_session* session, const char* path);
+int eg_session_add_audio_pcm(eg_session* session, const float* samples, int64_t n_samples, int32_t sample_rate);
 /* Raw mode: appends text to the context and prefills it (an empty context gets exactly one <bos>
  * first, whatever the tokenizer's add_bos_token says; chat mode prompts start with one too). */
 int eg_session_append_text(eg_session* session, const char* text);

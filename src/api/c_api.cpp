@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "engine/loaded_model.h"
+#include "audio/audio.h"
 #include "engine/session.h"
 #include "vision/image.h"
 
@@ -234,6 +235,29 @@ int eg_session_add_image_rgb(eg_session* session, const uint8_t* pixels, int32_t
     for (int32_t y = 0; y < height; ++y)
       std::memcpy(packed.data() + y * row, pixels + y * stride, static_cast<size_t>(row));
     session->s->add_image(eg::vision::image_from_pixels(packed.data(), width, height, channels));
+    return EG_OK;
+  });
+}
+
+int eg_session_add_audio(eg_session* session, const char* path) {
+  EG_SESSION("eg_session_add_audio");
+  EG_REQUIRE(path != nullptr, "eg_session_add_audio: path must not be NULL");
+  return guarded([&] {
+    session->s->add_audio(eg::audio::load_audio_file(path));
+    return EG_OK;
+  });
+}
+
+int eg_session_add_audio_pcm(eg_session* session, const float* samples, int64_t n_samples, int32_t sample_rate) {
+  EG_SESSION("eg_session_add_audio_pcm");
+  EG_REQUIRE(samples != nullptr, "eg_session_add_audio_pcm: samples must not be NULL");
+  EG_REQUIRE(n_samples > 0, "eg_session_add_audio_pcm: n_samples must be > 0");
+  EG_REQUIRE(sample_rate >= 1000 && sample_rate <= 384000,
+             "eg_session_add_audio_pcm: sample_rate must be in [1000, 384000]");
+  EG_REQUIRE(static_cast<double>(n_samples) / sample_rate <= eg::audio::kDefaultMaxSeconds,
+             "eg_session_add_audio_pcm: the clip is longer than 600 s");
+  return guarded([&] {
+    session->s->add_audio(eg::audio::downmix(samples, static_cast<size_t>(n_samples), 1, sample_rate));
     return EG_OK;
   });
 }

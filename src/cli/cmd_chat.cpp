@@ -4,7 +4,8 @@
 // the background), Ctrl-C stops an answer (the session and the partial answer are kept) or
 // clears the line at the prompt, Ctrl-D exits. Pipes: one message per line, same commands.
 // A line ending in '\' continues the message on the next line. `/image FILE` attaches an image to
-// the message being typed (Session::add_image: encoded at once, then prefilled in the background).
+// the message being typed (Session::add_image: encoded at once, then prefilled in the background);
+// `/audio FILE` does the same for an audio clip (Session::add_audio).
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include "engine/memory_budget.h"
 #include "engine/session.h"
 #include "tokenizer/chat_template.h"
+#include "audio/audio.h"
 #include "vision/image.h"
 
 namespace eg::cli {
@@ -48,6 +50,7 @@ const char* kHelp =
     "  /system TEXT     set the system message (\"/system\" alone shows it, \"/system -\" removes it)\n"
     "  /preset NAME     switch sampling preset: precise, balanced, creative, code\n"
     "  /image FILE      attach an image (JPEG, PNG, WebP, GIF, BMP) to the message being typed\n"
+    "  /audio FILE      attach an audio clip (WAV, FLAC, OGG, MP3; Gemma 4 E2B/E4B) to the message being typed\n"
     "                   (models with a vision tower; encoded at once, shown before the text)\n"
     "  /stats           timings and token counts of the last answer\n"
     "  /quit, /exit     leave (as Ctrl-D)\n"
@@ -138,6 +141,15 @@ class Repl {
       char buf[200];
       std::snprintf(buf, sizeof buf, "(image %zu attached to your next message: %.0f ms to encode) ", s_.pending_images(),
                     ms);
+      out(buf + usage(s_) + "\n");
+    } else if (cmd == "/audio") {
+      if (arg.empty()) throw Error("/audio needs a file name");
+      const auto t0 = std::chrono::steady_clock::now();
+      s_.add_audio(audio::load_audio_file(arg));
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      char buf[200];
+      std::snprintf(buf, sizeof buf, "(audio clip %zu attached to your next message: %.0f ms to encode) ",
+                    s_.pending_audio(), ms);
       out(buf + usage(s_) + "\n");
     } else if (cmd == "/stats") {
       out(stats_text(s_.last_stats()));

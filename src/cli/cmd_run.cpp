@@ -16,6 +16,8 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "engine/generator.h"
+#include "audio/audio.h"
+#include "engine/audio_prompt.h"
 #include "engine/image_prompt.h"
 #include "engine/loaded_model.h"
 #include "engine/memory_budget.h"
@@ -43,6 +45,8 @@ struct RunArgs {
   bool no_bos = false;
   bool ignore_eos = false;
   std::vector<std::string> images;  // --image FILE, in order
+  std::vector<std::string> audios;  // --audio FILE, in order
+  std::string media_order;          // 'i' / 'a' per --image / --audio, in command-line order
 };
 
 std::string get_prompt(const RunArgs& a) {
@@ -80,16 +84,26 @@ int run(const RunArgs& a) {
   if (text.empty()) throw Error("empty prompt");
   if (!a.system.empty() && !a.chat) throw Error("--system needs --chat");
   const std::string dir = a.model_dir.empty() ? default_model_dir() : a.model_dir;
-  // Images are decoded first: a bad file is reported before the model loads.
-  std::vector<vision::RgbImage> images;
-  for (const std::string& f : a.images) images.push_back(vision::load_image_file(f));
+  // Media are decoded first, in command-line order: a bad file is reported before the model loads.
+  std::vector<PromptMedium> media;
+  size_t n_images = 0, n_clips = 0;
+  for (char k : a.media_order) {
+    PromptMedium m;
+    if (k == 'i') {
+      m.image = vision::load_image_file(a.images.at(n_images++));
+    } else {
+      m.kind = PromptMedium::Kind::Audio;
+      m.audio = audio::to_model_rate(audio::load_audio_file(a.audios.at(n_clips++)));
+    }
+    media.push_back(std::move(m));
+  }
   auto lm = LoadedModel::load(dir, parse_device(g.device));
   for (const auto& n : lm->notes()) std::fprintf(stderr, "edgegemma: note: %s\n", n.c_str());
   const Tokenizer& tok = lm->tokenizer();
   std::unique_ptr<ImageEncoder> encoder;
-  if (!images.empty()) encoder = ImageEncoder::load(*lm, dir);  // "this model has no vision tower"
-  ImagePrompt with_images;
-  double encode_ms = 0;
+  if (n_images > 0) encoder = ImageEncoder::load(*lm, dir);  // "this model has no vision tower"
+  const AudioEncoder* aenc = n_clips > 0 ? &lm->audio_encoder() : nullptr;  // "... no audio tower"
+  MediaPrompt with_media;
 
   std::vector<int32_t> prompt;
   if (a.chat) {
@@ -97,11 +111,12 @@ int run(const RunArgs& a) {
     // message the template rejects (Gemma 2) is folded into the user turn (chat_template.h).
     nlohmann::json msgs = nlohmann::json::array();
     if (!a.system.empty()) msgs.push_back({{"role", "system"}, {"content", a.system}});
-    if (images.empty()) {
+    if (media.empty()) {
       msgs.push_back({{"role", "user"}, {"content", text}});
-    } else {  // the images first, in the order given, then the text
+    } else {  // the media first, in the order given, then the text
       nlohmann::json content = nlohmann::json::array();
-      for (size_t i = 0; i < images.size(); ++i) content.push_back({{"type", "image"}});
+      for (const auto& m : media)
+        content.push_back({{"type", m.kind == PromptMedium::Kind::Image ? "image" : "audio"}});
       content.push_back({{"type", "text"}, {"text", text}});
       msgs.push_back({{"role", "user"}, {"content", content}});
     }
@@ -115,22 +130,26 @@ int run(const RunArgs& a) {
     const std::string rendered = ChatTemplate(lm->chat_template()).render(msgs, opt);
     // As transformers' apply_chat_template(tokenize=True): the template writes the BOS text
     // itself; encode_prompt keeps exactly that one (and adds one if a template writes none).
-    if (images.empty()) prompt = lm->encode_prompt(rendered, a.no_bos);
+    if (media.empty()) prompt = lm->encode_prompt(rendered, a.no_bos);
     else text = rendered;
-  } else if (images.empty()) {
+  } else if (media.empty()) {
     prompt = lm->encode_prompt(text, a.no_bos);
-  } else if (count_markers(text, encoder->marker()) == 0) {
-    // No image marker in the prompt: the images go before the text.
+  } else if ((!encoder || count_markers(text, encoder->marker()) == 0) &&
+             (!aenc || count_markers(text, aenc->marker()) == 0)) {
+    // No media marker in the prompt: the media go before the text, in the order given.
     std::string marked;
-    for (size_t i = 0; i < images.size(); ++i) marked += encoder->marker();
+    for (const auto& m : media) marked += m.kind == PromptMedium::Kind::Image ? encoder->marker() : aenc->marker();
     text = marked + text;
   }
-  if (!images.empty()) {
-    const auto t0 = std::chrono::steady_clock::now();
-    with_images = build_image_prompt(*lm, *encoder, text, images, a.no_bos);
-    encode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    prompt = with_images.ids;
+  if (!media.empty()) {
+    with_media = build_media_prompt(*lm, encoder.get(), aenc, text, media, a.no_bos);
+    prompt = with_media.ids;
   }
+  std::vector<int> tokens_per_image, tokens_per_clip;
+  for (size_t i = 0; i < media.size(); ++i)
+    (media[i].kind == PromptMedium::Kind::Image ? tokens_per_image : tokens_per_clip)
+        .push_back(with_media.tokens_per_medium[i]);
+  const double encode_ms = with_media.image_encode_ms;
 
   GenerateOptions opt;
   if (!g.max_memory.empty()) {
@@ -153,7 +172,7 @@ int run(const RunArgs& a) {
   opt.context_size = a.ctx;
   opt.sampling = sampling;
   opt.kv.type = kv_type;
-  opt.media = with_images.spans;
+  opt.media = with_media.spans;
 
   StreamingDetokenizer detok(tok);
   std::string text_out;
@@ -184,10 +203,15 @@ int run(const RunArgs& a) {
                         {"context_full", r.context_full},
                         {"seed", seed},
                         {"stats", stats_json(*lm, r.stats)}};
-    if (!images.empty()) {
-      j["stats"]["images"] = images.size();
-      j["stats"]["soft_tokens_per_image"] = with_images.tokens_per_image;
+    if (n_images > 0) {
+      j["stats"]["images"] = n_images;
+      j["stats"]["soft_tokens_per_image"] = tokens_per_image;
       j["stats"]["image_encode_ms"] = encode_ms;
+    }
+    if (n_clips > 0) {
+      j["stats"]["audio_clips"] = n_clips;
+      j["stats"]["soft_tokens_per_clip"] = tokens_per_clip;
+      j["stats"]["audio_encode_ms"] = with_media.audio_encode_ms;
     }
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
@@ -210,11 +234,17 @@ int run(const RunArgs& a) {
                  s.decode_tok_s, peak_rss_bytes() / 1048576.0, cpu::num_threads(),
                  cpu::simd_target_name(), lm->executor().description().c_str(),
                  static_cast<unsigned long long>(seed));
-    if (!images.empty()) {
+    if (n_images > 0) {
       std::string per;
-      for (int n : with_images.tokens_per_image) per += (per.empty() ? "" : ", ") + std::to_string(n);
-      std::fprintf(stderr, "images: %zu | soft tokens per image: %s | image encode: %.1f ms\n", images.size(),
+      for (int n : tokens_per_image) per += (per.empty() ? "" : ", ") + std::to_string(n);
+      std::fprintf(stderr, "images: %zu | soft tokens per image: %s | image encode: %.1f ms\n", n_images,
                    per.c_str(), encode_ms);
+    }
+    if (n_clips > 0) {
+      std::string per;
+      for (int n : tokens_per_clip) per += (per.empty() ? "" : ", ") + std::to_string(n);
+      std::fprintf(stderr, "audio clips: %zu | soft tokens per clip: %s | audio encode: %.1f ms\n", n_clips,
+                   per.c_str(), with_media.audio_encode_ms);
     }
   }
   return 0;
@@ -240,11 +270,24 @@ Action register_run(CLI::App& app) {
                "print one JSON object: prompt_ids, generated_ids, text, finish_reason, context_full, seed, stats");
   app.add_flag("--no-bos", a->no_bos, "do not add <bos> (a <bos> the text or the chat template writes itself stays)");
   app.add_flag("--ignore-eos", a->ignore_eos, "keep generating through <eos>/<end_of_turn>");
-  app.add_option("--image", a->images,
+  CLI::Option* image_opt = app.add_option("--image", a->images,
                  "an image file (JPEG, PNG, WebP, GIF, BMP; repeatable): with --chat before the text of the "
                  "message, else at each image marker of the prompt (<start_of_image>; Gemma 4: <|image|>), or before the text")
       ->allow_extra_args(false);
-  return [a] { return run(*a); };
+  CLI::Option* audio_opt = app.add_option("--audio", a->audios,
+                 "an audio file (WAV, FLAC, OGG, MP3; any rate, resampled to 16 kHz mono; repeatable; Gemma 4 "
+                 "E2B/E4B): with --chat before the text of the message (with --image: in command-line order), else at "
+                 "each <|audio|> of the prompt, or before the text")
+      ->allow_extra_args(false);
+  return [a, &app, image_opt, audio_opt] {
+    a->media_order.clear();  // --image / --audio in command-line order (one entry per value)
+    for (const CLI::Option* o : app.parse_order())
+      if (o == image_opt) a->media_order += 'i';
+      else if (o == audio_opt) a->media_order += 'a';
+    if (a->media_order.size() != a->images.size() + a->audios.size())
+      throw Error("internal: --image/--audio order does not match their values");
+    return run(*a);
+  };
 }
 
 }  // namespace eg::cli

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "engine/audio_prompt.h"
 #include "engine/image_prompt.h"
 #include "engine/prompt_bos.h"
 #include "format/gguf.h"
@@ -36,14 +37,16 @@ LoadedModel::LoadedModel(std::unique_ptr<Model> m, Tokenizer t)
                 " tokens but the model's vocab_size is " + std::to_string(cfg.vocab_size) +
                 ": they do not belong to the same model");
   // The vision tower (Gemma 3's SigLIP, Gemma 4's) runs when an image is given
-  // (engine/image_prompt.h); Gemma 4's audio tower is not used yet.
+  // (engine/image_prompt.h), Gemma 4's audio tower when a clip is (engine/audio_prompt.h).
   const bool vision = cfg.multimodal_wrapper;
   if (cfg.multimodal_wrapper)
-    notes_.push_back(std::string("multimodal checkpoint: the vision tower runs for images, else text only") +
-                     (cfg.family == ModelFamily::Gemma4 ? " (the audio tower is not used)" : ""));
+    notes_.push_back(std::string("multimodal checkpoint: the vision tower runs for images") +
+                     (cfg.family == ModelFamily::Gemma4 ? ", the audio tower for audio clips" : "") + ", else text only");
   for (const auto& p : model_->weights().ignored_prefixes) {
     const bool tower = p.find("vision_tower.") != std::string::npos || p.find("multi_modal_projector.") != std::string::npos ||
-                       p.find("embed_vision.") != std::string::npos;
+                       p.find("embed_vision.") != std::string::npos ||
+                       (cfg.family == ModelFamily::Gemma4 &&
+                        (p.find("audio_tower.") != std::string::npos || p.find("embed_audio.") != std::string::npos));
     if (!(vision && tower)) notes_.push_back("ignoring tensors under '" + p + "'");
   }
 }
@@ -58,6 +61,15 @@ const ImageEncoder& LoadedModel::image_encoder() const {
     image_enc_ = ImageEncoder::load(*this, dir_);
   }
   return *image_enc_;
+}
+
+const AudioEncoder& LoadedModel::audio_encoder() const {
+  std::lock_guard<std::mutex> lk(audio_mu_);
+  if (!audio_enc_) {
+    if (dir_.empty()) throw Error("this model has no audio tower (a GGUF file: mmproj files are not supported yet)");
+    audio_enc_ = AudioEncoder::load(*this, dir_);
+  }
+  return *audio_enc_;
 }
 
 std::unique_ptr<LoadedModel> LoadedModel::load_dir(const std::string& dir) {

@@ -12,6 +12,7 @@
 namespace eg {
 
 class ImageEncoder;
+class AudioEncoder;
 
 class LoadedModel {
  public:
@@ -62,6 +63,10 @@ class LoadedModel {
   /// text-only checkpoint or a GGUF file, or the tower's own error (mismatched shapes, ...);
   /// a failed load is retried by the next call.
   const ImageEncoder& image_encoder() const;
+  /// The checkpoint's audio tower and feature extractor (engine/audio_prompt.h), loaded on first
+  /// use and shared (thread-safe). Throws eg::Error "this model has no audio tower" for a
+  /// checkpoint without one or a GGUF file; a failed load is retried by the next call.
+  const AudioEncoder& audio_encoder() const;
   /// The Hugging Face directory the model was loaded from ("" for a GGUF file).
   const std::string& source_dir() const { return dir_; }
 
@@ -80,6 +85,8 @@ class LoadedModel {
   std::string dir_;
   mutable std::mutex image_mu_;
   mutable std::unique_ptr<ImageEncoder> image_enc_;
+  mutable std::mutex audio_mu_;
+  mutable std::unique_ptr<AudioEncoder> audio_enc_;
 };
 
 /// Peak resident set size of this process in bytes (getrusage).

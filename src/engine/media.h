@@ -1,5 +1,5 @@
-// Encoded images as the prompt carries them: the soft tokens of one image and where they go in a
-// token sequence (shared by Session and the server's scheduler).
+// Encoded media as the prompt carries them: the soft tokens of one image (or one audio segment)
+// and where they go in a token sequence (shared by Session and the server's scheduler).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -13,6 +13,7 @@ struct SessionImage {
   int n = 0;                // soft tokens
   std::vector<float> soft;  // [n, H] f32 (the text model's hidden size)
   bool bidirectional = false;  // Gemma 3: the n rows see each other during prefill
+  bool audio = false;          // an audio block (one ≤ 30 s segment of a clip), not an image
 };
 
 /// The image whose n soft tokens replace the placeholder ids at [begin, begin + n) of a prompt.

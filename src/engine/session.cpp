@@ -6,6 +6,7 @@
 
 #include "backend/cpu/thread_pool.h"
 #include "core/error.h"
+#include "engine/audio_prompt.h"
 #include "engine/image_prompt.h"
 #include "engine/memory_budget.h"
 #include "engine/session_prompt.h"
@@ -124,6 +125,21 @@ void Session::add_image(const vision::RgbImage& image) {
   update_input(draft_);  // the image block prefills in the background while the user types
 }
 
+std::vector<std::shared_ptr<const SessionImage>> Session::encode_audio(const audio::Pcm& pcm) const {
+  // "this model has no audio tower" for a model without one; other rates are resampled first.
+  const AudioEncoder& enc = lm_->audio_encoder();
+  auto segs = encode_session_audio(enc, audio::to_model_rate(pcm), lm_->model().config().hidden_size);
+  return {segs.begin(), segs.end()};
+}
+
+void Session::add_audio(const audio::Pcm& pcm) {
+  if (!opt_.chat) throw Error("session: audio needs chat mode");
+  auto segs = encode_audio(pcm);
+  draft_images_.insert(draft_images_.end(), segs.begin(), segs.end());
+  ++draft_clips_;
+  update_input(draft_);  // the audio blocks prefill in the background while the user types
+}
+
 void Session::append_tokens(const std::vector<int32_t>& ids) {
   if (opt_.chat) throw Error("session: append_tokens needs raw mode (chat mode: add_message)");
   const int V = lm_->model().config().vocab_size;
@@ -158,6 +174,19 @@ Session::Prompt Session::render_tokens(const std::vector<ChatMessage>& msgs, boo
   if (images.empty()) {
     if (draft_end_token != nullptr) *draft_end_token = encoder_->encode(r.text, r.content, cut).size();
     p.ids = encoder_->encode(r.text, r.content);
+    return p;
+  }
+  bool any_audio = false, any_image = false;
+  for (const auto& im : images) (im->audio ? any_audio : any_image) = true;
+  if (any_audio) {  // images and audio blocks: the markers of both kinds, in order
+    const ImageEncoder* ie = any_image ? &lm_->image_encoder() : nullptr;
+    const AudioEncoder* ae = &lm_->audio_encoder();
+    const size_t last_end = expand_rendered_media(ie, ae, r.text, r.content, images, &cut);
+    if (!msgs.back().images.empty()) cut = std::max(cut, last_end);
+    if (draft_end_token != nullptr) *draft_end_token = encoder_->encode(r.text, r.content, cut).size();
+    p.ids = encoder_->encode(r.text, r.content);
+    const std::vector<int> starts = media_placeholder_runs(ie, ae, p.ids, images);
+    for (size_t i = 0; i < images.size(); ++i) p.media.push_back(Media{starts[i], images[i]});
     return p;
   }
   // The processor's expansion of every image marker the template wrote.
@@ -206,6 +235,7 @@ void Session::reset() {
   context_.clear();
   draft_.clear();
   draft_images_.clear();
+  draft_clips_ = 0;
   kv_->clear();
   cached_.clear();
   cached_media_.clear();

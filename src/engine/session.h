@@ -66,6 +66,7 @@
 #include "engine/sampler.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
+#include "audio/audio.h"
 #include "vision/image.h"
 
 namespace eg {
@@ -193,8 +194,23 @@ class Session {
   /// vision tower ("this model has no vision tower"), in raw mode, or for an image the processor
   /// refuses.
   void add_image(const vision::RgbImage& image);
+  /// Chat mode: attaches an audio clip (any rate: resampled to 16 kHz mono) to the draft, as
+  /// add_image does for images: encoded by the audio tower at once (one block per ≤ 30 s segment)
+  /// and prefilled in the background. Media of one message come before its text, in the order
+  /// attached. Throws eg::Error for a model without an audio tower ("this model has no audio
+  /// tower"), in raw mode, or for a clip that is too short / too long; nothing changes then.
+  void add_audio(const audio::Pcm& pcm);
+  /// Audio clips attached to the draft so far.
+  size_t pending_audio() const { return draft_clips_; }
+  /// Encodes a clip with the model's audio tower, one SessionImage (audio = true) per segment, for
+  /// ChatMessage::images of add_message. Throws eg::Error as add_audio.
+  std::vector<std::shared_ptr<const SessionImage>> encode_audio(const audio::Pcm& pcm) const;
   /// Images attached to the draft so far.
-  size_t pending_images() const { return draft_images_.size(); }
+  size_t pending_images() const {
+    size_t n = 0;
+    for (const auto& m : draft_images_) n += m->audio ? 0 : 1;
+    return n;
+  }
   /// Encodes an image with the model's vision tower (for add_message). Throws eg::Error as
   /// add_image.
   std::shared_ptr<const SessionImage> encode_image(const vision::RgbImage& image) const;
@@ -327,6 +343,7 @@ class Session {
   std::vector<int32_t> context_;  // see context_tokens()
   std::string draft_;
   std::vector<std::shared_ptr<const SessionImage>> draft_images_;
+  size_t draft_clips_ = 0;
   SessionStats stats_;
 
   // KV state: touched by the worker while a job runs, by the caller thread otherwise.

@@ -299,6 +299,7 @@ struct SessionFile {
     s.cached_ = std::move(cached);
     s.cached_media_.assign(s.cached_.size(), 0);
     s.draft_images_.clear();
+    s.draft_clips_ = 0;
     s.logits_valid_ = logits_valid;
     s.logits_ = std::move(logits);
     *s.kv_ = std::move(kv);

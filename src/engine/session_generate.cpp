@@ -204,6 +204,7 @@ TurnResult Session::generate(const GenerateParams& gp, const PieceCallback& on_p
     context_.insert(context_.end(), r.ids.begin(), r.ids.end());
     draft_.clear();
     draft_images_.clear();
+    draft_clips_ = 0;
   }
   st.generated_tokens = static_cast<int>(r.ids.size());
   if (st.prefill_ms > 0) st.prefill_tok_s = st.prefilled_tokens * 1000.0 / st.prefill_ms;

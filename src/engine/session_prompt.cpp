@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "engine/prompt_bos.h"
+#include "engine/media.h"
 #include "engine/session.h"
 
 namespace eg {
@@ -60,7 +61,7 @@ PromptEncoder::Rendered PromptEncoder::render(const std::vector<ChatMessage>& ms
         m["content"] = text;
       } else {  // images first, then the text: the template writes its image marker per item
         nlohmann::ordered_json parts = nlohmann::ordered_json::array();
-        for (size_t k = 0; k < msgs[i].images.size(); ++k) parts.push_back({{"type", "image"}});
+        for (const auto& im : msgs[i].images) parts.push_back({{"type", im->audio ? "audio" : "image"}});
         if (!text.empty()) parts.push_back({{"type", "text"}, {"text", text}});
         m["content"] = std::move(parts);
       }

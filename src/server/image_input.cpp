@@ -38,7 +38,7 @@ std::vector<uint8_t> base64_decode(const std::string& s, size_t max_bytes) {
   if (s.size() - n > 2 || (s.size() % 4 != 0 && s.size() != n)) throw Error("bad base64 padding");
   if (n % 4 == 1) throw Error("bad base64 length");
   if (n / 4 * 3 + (n % 4 ? n % 4 - 1 : 0) > max_bytes)
-    throw Error("the image is larger than " + std::to_string(max_bytes >> 20) + " MiB");
+    throw Error("the data is larger than " + std::to_string(max_bytes >> 20) + " MiB");
   std::vector<uint8_t> out;
   out.reserve(n / 4 * 3 + 2);
   uint32_t acc = 0;

@@ -6,10 +6,12 @@
 #include <cstdlib>
 #include <random>
 
+#include "engine/audio_prompt.h"
 #include "engine/image_prompt.h"
 #include "engine/presets.h"
 #include "engine/session.h"
 #include "server/api_error.h"
+#include "server/audio_input.h"
 #include "server/image_input.h"
 #include "server/limits.h"
 
@@ -184,9 +186,9 @@ void fit_context(GenRequest& r, const RequestContext& ctx, std::optional<int64_t
   r.max_tokens = max_tokens ? static_cast<int>(std::min<int64_t>(*max_tokens, room)) : room;
 }
 
-// The text of a message's content; image_url parts (user messages: `images` non-null) are
-// decoded into *images, in order.
-std::string text_of_content(const json& c, const std::string& param, std::vector<vision::RgbImage>* images,
+// The text of a message's content; image_url and input_audio parts (user messages: `images`
+// non-null) are decoded into *images, in order.
+std::string text_of_content(const json& c, const std::string& param, std::vector<PromptMedium>* images,
                             const LoadedModel& model) {
   if (c.is_null()) return "";
   if (c.is_string()) return c.get<std::string>();
@@ -207,20 +209,43 @@ std::string text_of_content(const json& c, const std::string& param, std::vector
         const json* iu = field(part, "image_url");
         const json* url = iu && iu->is_object() ? field(*iu, "url") : iu;
         if (!url || !url->is_string()) bad(pp, "an image_url part needs 'image_url': {\"url\": \"data:image/...;base64,...\"}");
-        if (images->size() >= static_cast<size_t>(kMaxImagesPerRequest))
+        size_t n = 0;
+        for (const auto& m : *images) n += m.kind == PromptMedium::Kind::Image ? 1 : 0;
+        if (n >= static_cast<size_t>(kMaxImagesPerRequest))
           throw ApiError(400, "too many images: at most " + std::to_string(kMaxImagesPerRequest) + " per request", pp,
                          "too_many_images");
-        images->push_back(image_from_url(url->get<std::string>(), pp));
+        PromptMedium m;
+        m.image = image_from_url(url->get<std::string>(), pp);
+        images->push_back(std::move(m));
         continue;
       }
-      if (type != "text") bad(param, "content part type '" + type + "' is not supported (text, image_url)");
+      if (type == "input_audio") {
+        if (images == nullptr) bad(pp, "audio parts are only accepted in user messages");
+        try {
+          model.audio_encoder();  // "this model has no audio tower", before any decoding
+        } catch (const Error& e) {
+          throw ApiError(400, e.what(), pp, "audio_not_supported");
+        }
+        size_t n = 0;
+        for (const auto& m : *images) n += m.kind == PromptMedium::Kind::Audio ? 1 : 0;
+        if (n >= static_cast<size_t>(kMaxAudioPerRequest))
+          throw ApiError(400, "too many audio clips: at most " + std::to_string(kMaxAudioPerRequest) + " per request",
+                         pp, "too_many_audio_clips");
+        const json* ia = field(part, "input_audio");
+        PromptMedium m;
+        m.kind = PromptMedium::Kind::Audio;
+        m.audio = audio_from_part(ia ? *ia : json(), pp);
+        images->push_back(std::move(m));
+        continue;
+      }
+      if (type != "text") bad(param, "content part type '" + type + "' is not supported (text, image_url, input_audio)");
       const json* t = field(part, "text");
       if (!t || !t->is_string()) bad(param, "a text content part needs a 'text' string");
       s += t->get<std::string>();
     }
     return s;
   }
-  bad(param, "'content' must be a string, an array of text / image_url parts, or null");
+  bad(param, "'content' must be a string, an array of text / image_url / input_audio parts, or null");
 }
 
 // OpenAI tool_calls[] (arguments a JSON string) -> the template's form (arguments an object).
@@ -365,8 +390,8 @@ GenRequest parse_chat_request(const json& b, const RequestContext& ctx, size_t* 
   if (msgs->size() > kMaxMessages)
     bad("messages", "at most " + std::to_string(kMaxMessages) + " messages, got " + std::to_string(msgs->size()));
   std::vector<ChatMessage> conv;
-  std::vector<vision::RgbImage> decoded;  // every image of the request, in order
-  std::vector<size_t> images_of;          // per message: images decoded up to its end
+  std::vector<PromptMedium> decoded;  // every image and audio clip of the request, in order
+  std::vector<size_t> images_of;      // per message: media decoded up to its end
   PromptEncoder::Extras extras;
   if (!r.tools.is_null()) extras.tools = r.tools;
   for (size_t i = 0; i < msgs->size(); ++i) {
@@ -394,28 +419,48 @@ GenRequest parse_chat_request(const json& b, const RequestContext& ctx, size_t* 
     conv.push_back(ChatMessage{role, content});
     extras.message_fields.push_back(std::move(fields));
   }
-  // Images: the model's vision tower encodes them (a model without one is a 400, never a
-  // text-only answer); each message shows its images before its text.
+  // Media: the model's vision / audio tower encodes them (a model without one is a 400, never a
+  // text-only answer); each message shows its media before its text, in the order given.
   std::vector<std::shared_ptr<SessionImage>> encoded;
+  std::vector<size_t> encoded_of;  // per medium: encoded items up to its end (a clip may be several)
+  bool any_audio = false, any_image = false;
   if (!decoded.empty()) {
     try {
-      const ImageEncoder& enc = ctx.model.image_encoder();
       if (ctx.model.executor().device() != Device::CPU)
-        throw Error(std::string("images are not supported on the ") + device_name(ctx.model.executor().device()) +
-                    " device yet (start the server with --device cpu)");
-      for (const auto& img : decoded)
-        encoded.push_back(encode_session_image(enc, img, ctx.model.model().config().hidden_size));
+        throw Error(std::string("images and audio are not supported on the ") +
+                    device_name(ctx.model.executor().device()) + " device yet (start the server with --device cpu)");
+      const int H = ctx.model.model().config().hidden_size;
+      for (const auto& m : decoded) {
+        if (m.kind == PromptMedium::Kind::Image) {
+          any_image = true;
+          encoded.push_back(encode_session_image(ctx.model.image_encoder(), m.image, H));
+        } else {
+          any_audio = true;
+          for (auto& seg : encode_session_audio(ctx.model.audio_encoder(), m.audio, H)) encoded.push_back(seg);
+        }
+        encoded_of.push_back(encoded.size());
+      }
     } catch (const ApiError&) {
       throw;
     } catch (const Error& e) {
-      throw ApiError(400, e.what(), "messages", "image_not_supported");
+      throw ApiError(400, e.what(), "messages", any_audio ? "audio_not_supported" : "image_not_supported");
     }
-    for (size_t i = 0, k = 0; i < conv.size(); ++i)
-      for (; k < images_of[i]; ++k) conv[i].images.push_back(encoded[k]);
+    for (size_t i = 0, k = 0; i < conv.size(); ++i) {
+      const size_t end = images_of[i] == 0 ? 0 : encoded_of[images_of[i] - 1];
+      for (; k < end; ++k) conv[i].images.push_back(encoded[k]);
+    }
   }
   try {
     PromptEncoder::Rendered rendered = ctx.encoder.render(conv, true, &extras);
-    if (!encoded.empty()) {
+    if (any_audio) {
+      const ImageEncoder* ie = any_image ? &ctx.model.image_encoder() : nullptr;
+      const AudioEncoder* ae = &ctx.model.audio_encoder();
+      std::vector<std::shared_ptr<const SessionImage>> items(encoded.begin(), encoded.end());
+      expand_rendered_media(ie, ae, rendered.text, rendered.content, items);
+      r.prompt = ctx.encoder.encode(rendered.text, rendered.content, std::string::npos, add_bos);
+      const std::vector<int> starts = media_placeholder_runs(ie, ae, r.prompt, items);
+      for (size_t k = 0; k < encoded.size(); ++k) r.media.push_back(MediaRun{starts[k], encoded[k]});
+    } else if (!encoded.empty()) {
       const ImageEncoder& enc = ctx.model.image_encoder();
       std::vector<int> counts;
       for (const auto& im : encoded) counts.push_back(im->n);
