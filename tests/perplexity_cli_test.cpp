@@ -93,6 +93,7 @@ TEST(PerplexityCli, DefaultMethodEqualsEngineAndFloat64Recomputation) {
                            "--save-top1", dir + "/top1.txt"});
 
   auto model = eg::Model::load_dir(tiny());
+  model->repack_for_cpu();  // as the CLI's LoadedModel does: the same kernels, the same bits
   const eg::Tokenizer tok = eg::Tokenizer::load_dir(tiny());
   // Independent stream: two documents, each <bos> text <eos>.
   const size_t sep = text.find("\n\n\n");
@@ -154,6 +155,7 @@ TEST(PerplexityCli, LlamaMethodEqualsEngineAndFloat64Recomputation) {
                            "--method", "llama"});
 
   auto model = eg::Model::load_dir(tiny());
+  model->repack_for_cpu();  // as the CLI's LoadedModel does: the same kernels, the same bits
   const eg::Tokenizer tok = eg::Tokenizer::load_dir(tiny());
   // Independent: drop one trailing newline, one BOS, special-token text not parsed.
   const std::vector<int32_t> stream = tok.encode(text.substr(0, text.size() - 1), true, false);
@@ -193,6 +195,7 @@ TEST(PerplexityCli, LlamaMethodMatchesLlamaCppRunningPpl) {
   std::string head = text.substr(0, 16000);  // bytes (mostly 3-byte CJK at the start)
   head = head.substr(0, head.rfind('\n') + 1);
   auto m = eg::Model::load_dir(model);
+  m->repack_for_cpu();  // as the CLI's LoadedModel does
   const eg::Tokenizer tok = eg::Tokenizer::load_dir(model);
   const std::vector<int32_t> all = eg::llama_stream(tok, text), part = eg::llama_stream(tok, head);
   ASSERT_GE(part.size(), 6u * 512);
@@ -212,6 +215,7 @@ TEST(PerplexityCli, LlamaMethodMatchesLlamaCppRunningPpl) {
 // the first token of each chunk replaced by BOS, the tail dropped; fewer than 2·ctx tokens refused.
 TEST(PerplexityLlama, ChunkingOnCraftedCounts) {
   auto model = eg::Model::load_dir(tiny());
+  model->repack_for_cpu();  // as the CLI's LoadedModel does: the same kernels, the same bits
   const int ctx = 16, bos = 2;
   std::vector<int32_t> stream(3 * ctx + 7);
   for (size_t i = 0; i < stream.size(); ++i) stream[i] = static_cast<int32_t>(400 + (i * 37) % 3000);
