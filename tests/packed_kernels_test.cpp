@@ -173,6 +173,11 @@ TEST(PackedKernels, ShapesWithoutALayoutAreRefused) {
   EXPECT_TRUE(eg::cpu::packable(DType::Q8_0, 32, 64));
   std::vector<uint8_t> src(20 * eg::dtype_row_bytes(DType::Q4_0, 64)), dst(src.size());
   EXPECT_THROW(eg::cpu::pack_groups(DType::Q4_0, src.data(), 20, 64, 0, 1, dst.data()), eg::Error);
+  // Rows outside the weight, or a weight without a layout, are errors, not reads past the buffer.
+  std::vector<uint8_t> p16(eg::cpu::packed_bytes(DType::Q8_0, 16, 64)), row(eg::dtype_row_bytes(DType::Q8_0, 64));
+  EXPECT_THROW(eg::cpu::unpack_row(DType::Q8_0, p16.data(), 16, 64, 16, row.data()), eg::Error);
+  EXPECT_THROW(eg::cpu::unpack_row(DType::Q8_0, p16.data(), 16, 64, -1, row.data()), eg::Error);
+  EXPECT_THROW(eg::cpu::unpack_row(DType::Q6_K, p16.data(), 16, 256, 0, row.data()), eg::Error);
 }
 
 // F16 / BF16 packed weights: the machine kernel equals the scalar fma-chain reference bit for
