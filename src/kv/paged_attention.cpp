@@ -156,8 +156,8 @@ void paged_attention(const float* q, int64_t T, const int32_t* pos, const KVLaye
     const int64_t hs = task % hsplit, tile = (task / hsplit) % tiles, kvh = task / (hsplit * tiles);
     const int64_t t0 = tile * kTileQ, t1 = std::min(T, t0 + kTileQ);
     const int64_t h0 = kvh * G + hs * hpt, h1 = std::min((kvh + 1) * G, h0 + hpt);
-    std::vector<QueryRef> refs;
-    refs.reserve(static_cast<size_t>((t1 - t0) * (h1 - h0)));
+    thread_local std::vector<QueryRef> refs;  // reused: no allocation per task on the hot path
+    refs.clear();
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t last = key_end ? std::max<int64_t>(key_end[t], pos[t]) : pos[t];
       const int64_t first = p.window > 0 ? std::max<int64_t>(0, pos[t] - p.window + 1) : 0;
@@ -178,15 +178,10 @@ void paged_attention_rows(const float* q, int64_t B, const int32_t* pos, const K
     const int64_t hs = task % hsplit, kvh = (task / hsplit) % KVH, b = task / (hsplit * KVH);
     const int64_t h0 = kvh * G + hs * hpt, h1 = std::min((kvh + 1) * G, h0 + hpt);
     const int64_t first = p.window > 0 ? std::max<int64_t>(0, pos[b] - p.window + 1) : 0;
-    QueryRef refs[64];
-    std::vector<QueryRef> big;
-    QueryRef* r = refs;
-    if (h1 - h0 > 64) {
-      big.resize(static_cast<size_t>(h1 - h0));
-      r = big.data();
-    }
-    for (int64_t h = h0; h < h1; ++h) r[h - h0] = {q + (b * H + h) * D, out + (b * H + h) * D, first, pos[b]};
-    attend_group(r, static_cast<int>(h1 - h0), kvh, views[b], p);
+    thread_local std::vector<QueryRef> refs;  // as in paged_attention
+    refs.clear();
+    for (int64_t h = h0; h < h1; ++h) refs.push_back({q + (b * H + h) * D, out + (b * H + h) * D, first, pos[b]});
+    attend_group(refs.data(), static_cast<int>(refs.size()), kvh, views[b], p);
   });
 }
 
