@@ -120,8 +120,13 @@ def build_st(folder, cfg, dense_mid, seed, tokenizer_dir):
         tc["add_eos_token"] = True
         tc["model_max_length"] = 2048
         tc["padding_side"] = "right"
+        # EmbeddingGemma embeds plain text: without a chat template sentence-transformers 6 keeps the
+        # "text" modality (with one it renders every input through the template).
+        tc.pop("chat_template", None)
         json.dump(tc, open(os.path.join(folder, "tokenizer_config.json"), "w"), ensure_ascii=False,
                   indent=2)
+    if os.path.exists(os.path.join(folder, "chat_template.jinja")):
+        os.remove(os.path.join(folder, "chat_template.jinja"))
     word = models.Transformer(folder, max_seq_length=2048,
                               model_args={"attn_implementation": "sdpa", "dtype": torch.float32})
     hid = cfg.hidden_size
@@ -175,6 +180,8 @@ def tiny(tokenizer_dir, out_dir):
                 p.copy_(torch.randn(p.shape, generator=g) / (p.shape[1] ** 0.5) *
                         (1.0 if "embed" not in name else 8.0 / (p.shape[1] ** 0.5)))
     st.save(folder)
+    if os.path.exists(os.path.join(folder, "chat_template.jinja")):
+        os.remove(os.path.join(folder, "chat_template.jinja"))
     # Reload from disk: the reference must be what a user of the saved folder gets.
     from sentence_transformers import SentenceTransformer
     st = SentenceTransformer(folder, device="cpu", model_kwargs={"attn_implementation": "sdpa"})
@@ -187,6 +194,8 @@ def tiny(tokenizer_dir, out_dir):
         for prompt_name in (None, "query", "document"):
             full = (PROMPTS[prompt_name] if prompt_name else "") + text
             feats = st.tokenize([full])
+            ids = feats["input_ids"][0].tolist()
+            assert ids[0] == 2 and ids[-1] == 1 and 1 not in ids[1:-1], ids  # <bos> ... <eos>
             case = {"text": text, "prompt_name": prompt_name, "prompted_text": full,
                     "input_ids": feats["input_ids"][0].tolist()}
             case.update(stages(st, feats))
