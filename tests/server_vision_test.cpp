@@ -116,6 +116,48 @@ TEST(ServerVision, ImageUrlDataMatchesTheSession) {
   }
 }
 
+// Images encoded on attach: a draft (POST /v1/prefill) with the image encodes it into the media
+// cache; the request after Enter, and a later turn that sends the image again, find it there (no
+// second encode) and answer exactly as the Session does; with the cache off every request encodes.
+TEST(ServerVision, DraftEncodesTheImageOnceAndRequestsReuseIt) {
+  for (const std::string name : {"tiny-gemma4-mm", "tiny-gemma3-vision"}) {
+    SCOPED_TRACE(name);
+    const std::string M = shared_dir() + "/models/" + name;
+    const std::string shapes = M + "/inputs/img_shapes_640x480.jpg";
+    const auto want = session_answer(M, shapes, 16);
+    const json img = image_part(data_url(shapes, "image/jpeg"));
+    TestServer s(M, opts());
+    json draft = request(json::array({img, {{"type", "text"}, {"text", "Describe th"}}}));
+    auto [sd, d] = s.post("/v1/prefill", draft);
+    ASSERT_EQ(sd, 200) << d.dump();
+    EXPECT_EQ(d["media"], 1);
+    EXPECT_EQ(s.metric("edgegemma_media_cache_misses_total"), 1);
+    EXPECT_EQ(s.metric("edgegemma_media_cache_inserted_total"), 1);
+    EXPECT_EQ(s.metric("edgegemma_media_cache_entries"), 1);
+    EXPECT_GT(s.metric("edgegemma_media_cache_bytes"), 1000);
+    // A second draft of the same message (the next keystrokes) does not encode it again.
+    ASSERT_EQ(s.post("/v1/prefill", draft).first, 200);
+    EXPECT_EQ(s.metric("edgegemma_media_cache_hits_total"), 1);
+    auto [st, body] = s.post("/v1/chat/completions", request(json::array({img, {{"type", "text"}, {"text", "Describe this."}}})));
+    ASSERT_EQ(st, 200) << body.dump();
+    EXPECT_EQ(content_of(body), want.first);
+    EXPECT_EQ(body["usage"]["prompt_tokens"], want.second);
+    EXPECT_EQ(s.metric("edgegemma_media_cache_hits_total"), 2);
+    EXPECT_EQ(s.metric("edgegemma_media_cache_misses_total"), 1);
+
+    eg::server::ServerOptions off = opts();
+    off.media_cache_bytes = 0;
+    TestServer s0(M, off);
+    for (int i = 0; i < 2; ++i) {
+      auto [st0, b0] = s0.post("/v1/chat/completions", request(json::array({img, {{"type", "text"}, {"text", "Describe this."}}})));
+      ASSERT_EQ(st0, 200) << b0.dump();
+      EXPECT_EQ(content_of(b0), want.first);
+    }
+    EXPECT_EQ(s0.metric("edgegemma_media_cache_hits_total"), 0);
+    EXPECT_EQ(s0.metric("edgegemma_media_cache_entries"), 0);
+  }
+}
+
 TEST(ServerVision, BadImagesAre400) {
   const std::string M = shared_dir() + "/models/tiny-gemma4-mm";
   TestServer s(M, opts());

@@ -31,6 +31,7 @@ struct ServeArgs {
   std::string alias;
   double timeout = 600;
   int prefix_cache_mb = 256;
+  int media_cache_mb = 64;
   int max_body_kb = 0;  // 0: 1024, or 32768 for a model with a vision tower (images as data: URLs)
   int threads = 0;
   std::string kv_type = "f16";
@@ -79,6 +80,7 @@ int serve(const ServeArgs& a) {
   o.scheduler.threads = a.threads;
   o.scheduler.kv.type = parse_kv_type(a.kv_type);
   o.scheduler.prefix_cache_bytes = static_cast<size_t>(a.prefix_cache_mb) << 20;
+  o.media_cache_bytes = static_cast<size_t>(a.media_cache_mb) << 20;
   if (o.chat_template.empty() && lm->chat_template().empty())
     std::fprintf(stderr, "edgegemma serve: note: the model has no chat template; /v1/chat/completions will fail "
                          "(use --chat-template or /v1/completions)\n");
@@ -119,6 +121,9 @@ Action register_serve(CLI::App& app) {
   app.add_option("--timeout", a->timeout, "seconds a request may take, queueing included (default 600)")
       ->check(CLI::Range(0.001, 1e7));
   app.add_option("--prefix-cache-mb", a->prefix_cache_mb, "MiB of KV kept for prefixes shared across requests (0: off; default 256)")
+      ->check(kCount);
+  app.add_option("--media-cache-mb", a->media_cache_mb,
+                 "MiB of encoded images and audio clips kept between requests and drafts (0: off; default 64)")
       ->check(kCount);
   app.add_option("--max-body-kb", a->max_body_kb, "largest request body in KiB (default 1024; 32768 for a model with a vision tower)")->check(CLI::Range(1, 1 << 20));
   app.add_option("-t,--threads", a->threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));

@@ -59,6 +59,11 @@ struct PromptMedium {
   enum class Kind { Image, Audio } kind = Kind::Image;
   vision::RgbImage image;
   audio::Pcm audio;
+  // The server's media cache (server/media_cache.h): the medium's key, and its soft tokens (one
+  // per 30 s segment of a clip) when they were found there; then `image` / `audio` are empty and
+  // the tower does not run again.
+  std::string source;
+  std::vector<std::shared_ptr<SessionImage>> encoded;
 };
 
 /// A tokenised prompt with the soft tokens of its images and clips bound to their placeholders.

@@ -4,9 +4,9 @@
 //
 // As Session::update_input (engine/session.h) does, the last `holdback` tokens of the draft text
 // are held back (the next keystroke may change their tokenization), and so is everything after
-// it (the template's end of turn and generation prompt). Text only: messages from the first one
-// with an image_url part on are left out (images are never decoded or encoded for a draft, and a
-// draft never puts image tokens in a slot or the prefix cache).
+// it (the template's end of turn and generation prompt). Images are decoded and encoded now, into
+// the server's image cache (ctx.media_cache, server/media_cache.h), so that the request after
+// Enter finds their soft tokens ready; the tokens prefilled stop before the first image.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -19,11 +19,10 @@ namespace eg::server {
 struct DraftPlan {
   std::vector<int32_t> tokens;  // the stable prompt prefix to prefill (may be empty)
   int prompt_tokens = 0;        // tokens of the whole (text-only) draft prompt
-  bool images_left_out = false; // messages were cut at the first one with an image
+  int images = 0;               // images of the draft (encoded now or found in the image cache)
 };
 
-/// Throws ApiError(400) for a body /v1/chat/completions would refuse (same validation), except
-/// that image parts are never looked at beyond their type.
+/// Throws ApiError(400) for a body /v1/chat/completions would refuse (same validation).
 DraftPlan plan_draft(const nlohmann::ordered_json& body, const RequestContext& ctx, int holdback);
 
 }  // namespace eg::server

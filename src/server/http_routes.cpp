@@ -13,6 +13,7 @@
 #include "server/connection_pool.h"
 #include "server/constraints.h"
 #include "server/draft_prefill.h"
+#include "server/media_cache.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/server.h"
@@ -85,6 +86,7 @@ struct Server::Impl {
   ServerOptions opt;
   Metrics metrics;
   PromptEncoder encoder;
+  mutable MediaCache media_cache;
   std::unique_ptr<Scheduler> scheduler;
   HttpServer http;
   std::mutex stop_mu;
@@ -93,7 +95,8 @@ struct Server::Impl {
   Impl(std::shared_ptr<const LoadedModel> m, ServerOptions o)
       : lm(std::move(m)),
         opt(std::move(o)),
-        encoder(lm->tokenizer(), opt.chat_template.empty() ? lm->chat_template() : opt.chat_template, std::nullopt) {
+        encoder(lm->tokenizer(), opt.chat_template.empty() ? lm->chat_template() : opt.chat_template, std::nullopt),
+        media_cache(opt.media_cache_bytes) {
     scheduler = std::make_unique<Scheduler>(lm, opt.scheduler, metrics);
     const int threads = opt.http_threads > 0 ? opt.http_threads : std::max(512, opt.scheduler.slots + opt.scheduler.queue + 16);
     http.new_task_queue = [threads] { return new ConnectionPool(static_cast<size_t>(threads), std::chrono::seconds(30)); };
@@ -104,7 +107,8 @@ struct Server::Impl {
   }
 
   RequestContext request_context() const {
-    return RequestContext{*lm, encoder, opt.model_id, opt.scheduler.context_tokens, encoder.template_uses_tools()};
+    return RequestContext{*lm, encoder, opt.model_id, opt.scheduler.context_tokens, encoder.template_uses_tools(),
+                          &media_cache};
   }
 
   bool authorized(const httplib::Request& req) const {
@@ -142,7 +146,7 @@ struct Server::Impl {
                send_json(res, 200, json{{"status", "ok"}});
              }));
     http.Get("/metrics", wrap("metrics", true, [this](const httplib::Request&, httplib::Response& res) {
-               res.set_content(metrics.render(), "text/plain; version=0.0.4");
+               res.set_content(metrics.render() + media_cache_metrics(media_cache.stats()), "text/plain; version=0.0.4");
              }));
     http.Get("/v1/models", wrap("models", true, [this](const httplib::Request&, httplib::Response& res) {
                send_json(res, 200, json{{"object", "list"}, {"data", json::array({model_json()})}});
@@ -200,7 +204,7 @@ struct Server::Impl {
                 const bool queued = n > 0 && scheduler->submit_draft(client, plan.tokens);
                 send_json(res, 200, json{{"object", "prefill"}, {"model", opt.model_id}, {"queued", queued},
                                          {"prompt_tokens", plan.prompt_tokens}, {"prefill_tokens", queued ? n : 0},
-                                         {"images_left_out", plan.images_left_out}});
+                                         {"media", plan.images}});
               }));
     http.Post("/v1/completions", wrap("completions", true, [this](const httplib::Request& req, httplib::Response& res) {
                 generate(parse_completion_request(parse_body(req.body), request_context()), res);

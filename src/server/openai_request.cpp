@@ -10,6 +10,7 @@
 #include "engine/image_prompt.h"
 #include "engine/presets.h"
 #include "engine/session.h"
+#include "server/media_cache.h"
 #include "server/api_error.h"
 #include "server/audio_input.h"
 #include "server/image_input.h"
@@ -189,7 +190,7 @@ void fit_context(GenRequest& r, const RequestContext& ctx, std::optional<int64_t
 // The text of a message's content; image_url and input_audio parts (user messages: `images`
 // non-null) are decoded into *images, in order.
 std::string text_of_content(const json& c, const std::string& param, std::vector<PromptMedium>* images,
-                            const LoadedModel& model) {
+                            const LoadedModel& model, MediaCache* cache) {
   if (c.is_null()) return "";
   if (c.is_string()) return c.get<std::string>();
   if (c.is_array()) {
@@ -215,7 +216,9 @@ std::string text_of_content(const json& c, const std::string& param, std::vector
           throw ApiError(400, "too many images: at most " + std::to_string(kMaxImagesPerRequest) + " per request", pp,
                          "too_many_images");
         PromptMedium m;
-        m.image = image_from_url(url->get<std::string>(), pp);
+        m.source = url->get<std::string>();
+        if (cache != nullptr) m.encoded = cache->find(m.source);
+        if (m.encoded.empty()) m.image = image_from_url(m.source, pp);
         images->push_back(std::move(m));
         continue;
       }
@@ -234,7 +237,13 @@ std::string text_of_content(const json& c, const std::string& param, std::vector
         const json* ia = field(part, "input_audio");
         PromptMedium m;
         m.kind = PromptMedium::Kind::Audio;
-        m.audio = audio_from_part(ia ? *ia : json(), pp);
+        if (cache != nullptr && ia && ia->is_object()) {
+          if (const auto d = ia->find("data"); d != ia->end() && d->is_string()) {
+            m.source = "input_audio:" + d->get<std::string>();
+            m.encoded = cache->find(m.source);
+          }
+        }
+        if (m.encoded.empty()) m.audio = audio_from_part(ia ? *ia : json(), pp);
         images->push_back(std::move(m));
         continue;
       }
@@ -407,7 +416,7 @@ GenRequest parse_chat_request(const json& b, const RequestContext& ctx, size_t* 
     if (!m.contains("content") && !(role == "assistant" && field(m, "tool_calls")))
       bad(param + ".content", param + " needs 'content'");
     const std::string content = text_of_content(m.contains("content") ? m["content"] : json(), param + ".content",
-                                                role == "user" ? &decoded : nullptr, ctx.model);
+                                                role == "user" ? &decoded : nullptr, ctx.model, ctx.media_cache);
     images_of.push_back(decoded.size());
     nlohmann::ordered_json fields = nlohmann::ordered_json::object();
     if (role == "assistant" && field(m, "tool_calls"))
@@ -430,13 +439,22 @@ GenRequest parse_chat_request(const json& b, const RequestContext& ctx, size_t* 
         throw Error(std::string("images and audio are not supported on the ") +
                     device_name(ctx.model.executor().device()) + " device yet (start the server with --device cpu)");
       const int H = ctx.model.model().config().hidden_size;
-      for (const auto& m : decoded) {
+      for (auto& m : decoded) {
         if (m.kind == PromptMedium::Kind::Image) {
           any_image = true;
-          encoded.push_back(encode_session_image(ctx.model.image_encoder(), m.image, H));
+          if (!m.encoded.empty()) {
+            encoded.push_back(m.encoded[0]);
+          } else {
+            encoded.push_back(encode_session_image(ctx.model.image_encoder(), m.image, H));
+            if (ctx.media_cache != nullptr) ctx.media_cache->insert(m.source, {encoded.back()});
+          }
         } else {
           any_audio = true;
-          for (auto& seg : encode_session_audio(ctx.model.audio_encoder(), m.audio, H)) encoded.push_back(seg);
+          if (m.encoded.empty()) {
+            m.encoded = encode_session_audio(ctx.model.audio_encoder(), m.audio, H);
+            if (ctx.media_cache != nullptr && !m.source.empty()) ctx.media_cache->insert(m.source, m.encoded);
+          }
+          for (auto& seg : m.encoded) encoded.push_back(seg);
         }
         encoded_of.push_back(encoded.size());
       }

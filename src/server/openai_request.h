@@ -29,6 +29,8 @@
 
 namespace eg::server {
 
+class MediaCache;
+
 /// What parsing needs from the server: the model, its prompt encoder (chat template), the
 /// context size of a slot in tokens, and whether the template renders tools.
 struct RequestContext {
@@ -37,6 +39,8 @@ struct RequestContext {
   std::string model_id;
   int context_tokens = 0;
   bool template_has_tools = false;
+  // Encoded images kept between requests (null: none); see server/media_cache.h.
+  MediaCache* media_cache = nullptr;
 };
 
 /// Throws ApiError(400) for anything invalid, including a prompt that leaves no room in the

@@ -36,6 +36,8 @@ struct ServerOptions {
   // Connections served at once, a thread each (started on demand, idle ones exit after 30 s;
   // connection_pool.h); more wait for a thread. 0: max(512, slots + queue + 16).
   int http_threads = 0;
+  // Bytes of encoded images / audio clips kept between requests (server/media_cache.h); 0: off.
+  size_t media_cache_bytes = size_t{64} << 20;
   SchedulerOptions scheduler;
 };
 
