@@ -6,6 +6,9 @@
 // tower. The base64 encoder here is the test's own (RFC 4648), independent of the server's decoder.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "engine/session.h"
 #include "server/api_error.h"
 #include "server/image_input.h"
@@ -155,6 +158,63 @@ TEST(ServerVision, DraftEncodesTheImageOnceAndRequestsReuseIt) {
     }
     EXPECT_EQ(s0.metric("edgegemma_media_cache_hits_total"), 0);
     EXPECT_EQ(s0.metric("edgegemma_media_cache_entries"), 0);
+  }
+}
+
+// KV reuse through an image: the second turn of a conversation that sends the same image again
+// reuses the slot's KV past the image (the media cache gives it the same encoded image), and a
+// draft with an image prefills through it; both answer exactly as a server without any reuse.
+TEST(ServerVision, KvIsReusedThroughTheSameImage) {
+  for (const std::string name : {"tiny-gemma4-mm", "tiny-gemma3-vision"}) {
+    SCOPED_TRACE(name);
+    const std::string M = shared_dir() + "/models/" + name;
+    const std::string shapes = M + "/inputs/img_shapes_640x480.jpg";
+    const json img = image_part(data_url(shapes, "image/jpeg"));
+    const json turn1 = request(json::array({img, {{"type", "text"}, {"text", "Describe this."}}}));
+    eg::server::ServerOptions fresh_opts = opts();
+    fresh_opts.media_cache_bytes = 0;
+    fresh_opts.scheduler.prefix_cache_bytes = 0;
+    TestServer fresh(M, fresh_opts);  // the reference: nothing is ever reused there
+    auto answer_fresh = [&](const json& r) {
+      auto [st, b] = fresh.post("/v1/chat/completions", r);
+      EXPECT_EQ(st, 200) << b.dump();
+      // At most the few template tokens before the image (<bos><start_of_turn>user...).
+      EXPECT_LT(b["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), 8);
+      return content_of(b);
+    };
+
+    eg::server::ServerOptions o = opts(7);  // small chunks: a Gemma 3 image is still prefilled whole
+    o.scheduler.slots = 2;                    // the draft below takes the idle one
+    TestServer s(M, o);
+    auto [st1, b1] = s.post("/v1/chat/completions", turn1);
+    ASSERT_EQ(st1, 200) << b1.dump();
+    const int p1 = b1["usage"]["prompt_tokens"];
+    json turn2 = turn1;
+    turn2["messages"].push_back({{"role", "assistant"}, {"content", content_of(b1)}});
+    turn2["messages"].push_back({{"role", "user"}, {"content", "And the colours?"}});
+    auto [st2, b2] = s.post("/v1/chat/completions", turn2);
+    ASSERT_EQ(st2, 200) << b2.dump();
+    EXPECT_GE(b2["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), p1 - 2);  // past the image
+    EXPECT_EQ(content_of(b2), answer_fresh(turn2));
+
+    // A draft of a new conversation with the image: prefilled through the image.
+    json draft = request(json::array({img, {{"type", "text"}, {"text", "What shapes are in this pict"}}}));
+    draft["messages"].insert(draft["messages"].begin(), json{{"role", "system"}, {"content", "Answer in one line."}});
+    auto [sd, d] = s.post("/v1/prefill", draft);
+    ASSERT_EQ(sd, 200) << d.dump();
+    ASSERT_EQ(d["queued"], true) << d.dump();
+    const double t0 = s.metric("edgegemma_draft_prefills_total");
+    for (int i = 0; i < 200 && s.metric("edgegemma_draft_prefills_total") == t0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ASSERT_GT(s.metric("edgegemma_draft_prefills_total"), t0);
+    json full = draft;
+    full["messages"][1]["content"][1]["text"] = "What shapes are in this picture?";
+    auto [st3, b3] = s.post("/v1/chat/completions", full);
+    ASSERT_EQ(st3, 200) << b3.dump();
+    EXPECT_GE(b3["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(), d["prefill_tokens"].get<int>());
+    EXPECT_GT(d["prefill_tokens"].get<int>(), b1["usage"]["prompt_tokens"].get<int>() / 2);  // the image is in it
+    EXPECT_GE(s.metric("edgegemma_draft_cache_hits_total"), 1);
+    EXPECT_EQ(content_of(b3), answer_fresh(full));
   }
 }
 

@@ -9,7 +9,7 @@
 
 namespace eg::server {
 
-audio::Pcm audio_from_part(const nlohmann::json& ia, const std::string& param, size_t max_bytes) {
+std::string input_audio_format(const nlohmann::json& ia, const std::string& param) {
   if (!ia.is_object())
     throw ApiError(400, "an input_audio part needs 'input_audio': {\"data\": \"<base64>\", \"format\": \"wav\"}", param,
                    "invalid_input_audio");
@@ -24,6 +24,12 @@ audio::Pcm audio_from_part(const nlohmann::json& ia, const std::string& param, s
   if (f != "wav" && f != "mp3" && f != "flac" && f != "ogg")
     throw ApiError(400, "unsupported input_audio format '" + fmt->get<std::string>() + "' (wav, mp3, flac, ogg)", param,
                    "invalid_input_audio");
+  return f;
+}
+
+audio::Pcm audio_from_part(const nlohmann::json& ia, const std::string& param, size_t max_bytes) {
+  const std::string f = input_audio_format(ia, param);
+  const auto data = ia.find("data");
   std::vector<uint8_t> bytes;
   try {
     bytes = base64_decode(data->get<std::string>(), max_bytes);

@@ -17,6 +17,10 @@ namespace eg::server {
 inline constexpr int kMaxAudioPerRequest = 8;
 inline constexpr size_t kMaxAudioBytes = size_t{20} << 20;  // 20 MiB of encoded audio
 
+/// Validates an input_audio object's shape ('data' string, 'format' one of wav/mp3/flac/ogg) and
+/// returns the format in lower case. Throws ApiError(400) as audio_from_part does.
+std::string input_audio_format(const nlohmann::json& ia, const std::string& param);
+
 /// The input_audio object of a content part → 16 kHz mono samples. Throws ApiError(400, param)
 /// for a missing / non-string data or format, a format other than wav / mp3 / flac / ogg, bad
 /// base64, data above max_bytes, and audio that does not decode (the decoder's message).

@@ -16,8 +16,13 @@ DraftPlan plan_draft(const nlohmann::ordered_json& body, const RequestContext& c
   plan.prompt_tokens = static_cast<int>(r.prompt.size());
   plan.images = static_cast<int>(r.media.size());
   size_t stable = draft_end > static_cast<size_t>(holdback) ? draft_end - static_cast<size_t>(holdback) : 0;
-  if (!r.media.empty()) stable = std::min(stable, static_cast<size_t>(r.media[0].begin));
   stable = std::min(stable, r.prompt.size());
+  // Whole media only: a run the held-back tail cuts is left for the request.
+  for (const MediaRun& m : r.media) {
+    const size_t b = static_cast<size_t>(m.begin), e = b + static_cast<size_t>(m.image->n);
+    if (b < stable && stable < e) stable = b;
+    if (e <= stable) plan.media.push_back(m);
+  }
   plan.tokens.assign(r.prompt.begin(), r.prompt.begin() + static_cast<std::ptrdiff_t>(stable));
   return plan;
 }

@@ -201,7 +201,7 @@ struct Server::Impl {
                 if (const auto it = body.find("user"); it != body.end() && it->is_string())
                   client += " " + it->get<std::string>();
                 const int n = static_cast<int>(plan.tokens.size());
-                const bool queued = n > 0 && scheduler->submit_draft(client, plan.tokens);
+                const bool queued = n > 0 && scheduler->submit_draft(client, plan.tokens, plan.media);
                 send_json(res, 200, json{{"object", "prefill"}, {"model", opt.model_id}, {"queued", queued},
                                          {"prompt_tokens", plan.prompt_tokens}, {"prefill_tokens", queued ? n : 0},
                                          {"media", plan.images}});

@@ -237,11 +237,10 @@ std::string text_of_content(const json& c, const std::string& param, std::vector
         const json* ia = field(part, "input_audio");
         PromptMedium m;
         m.kind = PromptMedium::Kind::Audio;
-        if (cache != nullptr && ia && ia->is_object()) {
-          if (const auto d = ia->find("data"); d != ia->end() && d->is_string()) {
-            m.source = "input_audio:" + d->get<std::string>();
-            m.encoded = cache->find(m.source);
-          }
+        if (cache != nullptr) {  // a cached clip still needs a valid part
+          input_audio_format(ia ? *ia : json(), pp);
+          m.source = "input_audio:" + ia->at("data").get<std::string>();
+          m.encoded = cache->find(m.source);
         }
         if (m.encoded.empty()) m.audio = audio_from_part(ia ? *ia : json(), pp);
         images->push_back(std::move(m));
@@ -493,7 +492,9 @@ GenRequest parse_chat_request(const json& b, const RequestContext& ctx, size_t* 
       *draft_end = r.prompt.size();
       if (!rendered.content.empty())
         *draft_end = ctx.encoder.encode(rendered.text, rendered.content, rendered.content.back().second, add_bos).size();
-      if (!r.media.empty()) *draft_end = std::min(*draft_end, static_cast<size_t>(r.media[0].begin));
+      for (const MediaRun& m : r.media)  // never inside a run (a draft prefills whole media)
+        if (static_cast<size_t>(m.begin) < *draft_end && *draft_end < static_cast<size_t>(m.begin + m.image->n))
+          *draft_end = static_cast<size_t>(m.begin);
     }
   } catch (const ApiError&) {
     throw;

@@ -46,8 +46,8 @@ struct RequestContext {
 /// Throws ApiError(400) for anything invalid, including a prompt that leaves no room in the
 /// context (code "context_length_exceeded").
 /// draft_end (optional): set to the number of prompt tokens up to the end of the last message's
-/// content (what follows is the template's end of turn and generation prompt), never past the
-/// first image's tokens.
+/// content (what follows is the template's end of turn and generation prompt), never inside an
+/// image's or audio clip's soft tokens.
 GenRequest parse_chat_request(const nlohmann::ordered_json& body, const RequestContext& ctx,
                               size_t* draft_end = nullptr);
 GenRequest parse_completion_request(const nlohmann::ordered_json& body, const RequestContext& ctx);

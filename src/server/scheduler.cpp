@@ -12,6 +12,7 @@
 #include "grammar/grammar.h"
 #include "kv/prefix_cache.h"
 #include "model/model.h"
+#include "server/media_runs.h"
 #include "server/tool_call_ids.h"
 #include "tokenizer/tokenizer.h"
 
@@ -31,9 +32,10 @@ struct Scheduler::Slot {
   KVCache& kv;
   std::unique_ptr<StepWorkspace> ws;  // this slot's activation buffers
   std::vector<int32_t> cached;  // tokens whose K/V the cache holds
-  // The first position of `cached` that holds an image's soft tokens (their placeholder ids do
-  // not say which image: never reused past it, never stored in the prefix cache).
-  size_t media_from = SIZE_MAX;
+  // The media runs of the prompt `cached` belongs to (media_runs.h: reused only for the same
+  // encoded medium at the same position); a slot holding media is never stored in the prefix
+  // cache (its blocks are keyed by token ids alone).
+  std::vector<MediaRun> media;
   Phase phase = Phase::Idle;
   uint64_t last_used = 0;
   // Positions [draft_lo, draft_hi) of `cached` were prefilled by drafts (draft_lo == SIZE_MAX:
@@ -99,7 +101,7 @@ bool Scheduler::submit(std::shared_ptr<Job> job) {
   return true;
 }
 
-bool Scheduler::submit_draft(const std::string& client, std::vector<int32_t> tokens) {
+bool Scheduler::submit_draft(const std::string& client, std::vector<int32_t> tokens, std::vector<MediaRun> media) {
   if (tokens.empty()) return false;
   int dropped = 0;
   {
@@ -117,7 +119,7 @@ bool Scheduler::submit_draft(const std::string& client, std::vector<int32_t> tok
       drafts_.pop_front();
       ++dropped;
     }
-    drafts_.push_back(std::make_shared<Draft>(Draft{client, std::move(tokens)}));
+    drafts_.push_back(std::make_shared<Draft>(Draft{client, std::move(tokens), std::move(media)}));
   }
   metrics_.count_draft_request();
   for (int i = 0; i < dropped; ++i) metrics_.count_draft_dropped();
@@ -166,6 +168,7 @@ void Scheduler::loop() {
           s->phase = Slot::Phase::Idle;
           s->kv.clear();
           s->cached.clear();
+          s->media.clear();
         }
       // A draft that failed is not retried.
       std::lock_guard<std::mutex> lk(mu_);
@@ -237,7 +240,7 @@ void Scheduler::start_job(Slot& s, std::shared_ptr<Job> job) {
   while (l < s.cached.size() && l < p.size() && s.cached[l] == p[l]) ++l;
   l = std::min(l, p.size() - 1);
   const size_t req_media = rq.media.empty() ? SIZE_MAX : static_cast<size_t>(rq.media[0].begin);
-  l = std::min({l, s.media_from, req_media});
+  l = media_reusable_prefix(l, s.media, rq.media);
   int kept = s.kv.truncate(static_cast<int>(l));
   // Draft prefill hit: the kept slot KV includes positions a draft computed.
   if (s.draft_lo < s.draft_hi && s.draft_lo < static_cast<size_t>(kept)) {
@@ -249,7 +252,7 @@ void Scheduler::start_job(Slot& s, std::shared_ptr<Job> job) {
     if (prefix_->usable_prefix_length(text_part, s.kv.options()) > kept)
       kept = prefix_->load_longest_prefix(text_part, s.kv);
   }
-  s.media_from = req_media;
+  s.media = rq.media;
   s.cached.assign(p.begin(), p.begin() + kept);
   s.prefill_pos = static_cast<size_t>(kept);
   s.cached_prompt = kept;
@@ -420,7 +423,7 @@ void Scheduler::finish(Slot& s, const char* reason) {
   s.matcher.reset();
   s.phase = Slot::Phase::Idle;
   s.last_used = ++tick_;
-  if (prefix_ && s.kv.n_past() > 0 && s.media_from == SIZE_MAX) prefix_->insert(s.cached, s.kv);
+  if (prefix_ && s.kv.n_past() > 0 && s.media.empty()) prefix_->insert(s.cached, s.kv);
   publish_gauges();  // before the client hears back, so it sees its slot free
   release_job();
   job->finish(std::move(r));
@@ -441,18 +444,8 @@ bool Scheduler::prefill_step() {
   int end = static_cast<int>(std::min(p.size(), s->prefill_pos + static_cast<size_t>(chunk)));
   // Images: a bidirectional block (Gemma 3) is prefilled in one call; the chunk's soft-token rows.
   const auto& media = s->job->req.media;
-  const int H = lm_->model().config().hidden_size;
-  for (const MediaRun& m : media) {
-    const int b = m.begin, e = m.begin + m.image->n;
-    if (m.image->bidirectional && b < end && end < e) end = b > pos ? b : e;
-  }
-  std::vector<EmbedSpan> spans;
-  for (const MediaRun& m : media) {
-    const int b = std::max(m.begin, pos), e = std::min(m.begin + m.image->n, end);
-    if (b < e)
-      spans.push_back(EmbedSpan{b - pos, e - b, m.image->soft.data() + static_cast<size_t>(b - m.begin) * H,
-                                m.image->bidirectional});
-  }
+  end = media_chunk_end(media, pos, end);
+  const std::vector<EmbedSpan> spans = media_spans(media, pos, end, lm_->model().config().hidden_size);
   const size_t n = static_cast<size_t>(end - pos);
   const bool last = s->prefill_pos + n == p.size();
   std::vector<float>& logits = logits_;
@@ -466,7 +459,7 @@ bool Scheduler::prefill_step() {
   s->prefill_pos += n;
   // Store the new full blocks after every chunk: sliding-window layers recycle their early pages
   // as a long prompt goes on, and a stored block is usable only with its in-window pages.
-  if (prefix_ && s->media_from == SIZE_MAX) prefix_->insert(s->cached, s->kv);
+  if (prefix_ && s->media.empty()) prefix_->insert(s->cached, s->kv);
   if (last) on_token(*s, pick(*s, logits.data()));
   return true;
 }
@@ -486,7 +479,7 @@ bool Scheduler::draft_step() {
     if (it != drafts_.end()) drafts_.erase(it);
   };
   const auto& p = d->tokens;
-  // The idle slot sharing the longest prefix (never past an image's tokens), then the LRU one,
+  // The idle slot sharing the longest prefix (through an image only when it is the same one), then the LRU one,
   // among those where the draft drops no more cached tokens than it prefills (a late draft must
   // not wipe the KV of the conversation its request has just extended).
   Slot* s = nullptr;
@@ -494,7 +487,7 @@ bool Scheduler::draft_step() {
   for (auto& x : slots_) {
     size_t l = 0;
     while (l < x->cached.size() && l < p.size() && x->cached[l] == p[l]) ++l;
-    l = std::min(l, x->media_from);
+    l = media_reusable_prefix(l, x->media, d->media);
     if (l >= p.size()) {  // already in a slot (its request may have run): keep that slot's KV
       done();
       metrics_.count_draft_prefilled();
@@ -510,7 +503,7 @@ bool Scheduler::draft_step() {
     return false;
   }
   int kept = s->kv.truncate(static_cast<int>(best));
-  s->media_from = SIZE_MAX;  // kept <= media_from: no image tokens remain
+  s->media = d->media;  // the runs up to `kept` are the same media (media_reusable_prefix)
   s->draft_hi = std::min(s->draft_hi, static_cast<size_t>(kept));
   if (prefix_ && prefix_->usable_prefix_length(p, s->kv.options()) > kept) {
     kept = prefix_->load_longest_prefix(p, s->kv);
@@ -519,15 +512,21 @@ bool Scheduler::draft_step() {
   if (s->draft_hi <= s->draft_lo) s->draft_lo = SIZE_MAX, s->draft_hi = 0;
   s->cached.assign(p.begin(), p.begin() + kept);
   s->last_used = ++tick_;
-  const int n = std::min(opt_.draft_chunk, static_cast<int>(p.size()) - kept);
-  lm_->executor().prefill(p.data() + kept, n, s->kv, *s->ws, LogitsMode::None, logits_);
+  // A bidirectional image is prefilled in one step (a request that arrives waits for it).
+  const int end = media_chunk_end(d->media, kept, std::min(kept + opt_.draft_chunk, static_cast<int>(p.size())));
+  const int n = end - kept;
+  const std::vector<EmbedSpan> spans = media_spans(d->media, kept, end, lm_->model().config().hidden_size);
+  if (spans.empty())
+    lm_->executor().prefill(p.data() + kept, n, s->kv, *s->ws, LogitsMode::None, logits_);
+  else
+    lm_->executor().prefill_media(p.data() + kept, n, spans, s->kv, *s->ws, LogitsMode::None, logits_);
   s->cached.insert(s->cached.end(), p.begin() + kept, p.begin() + kept + n);
   if (s->draft_lo != SIZE_MAX && s->draft_hi == static_cast<size_t>(kept)) {
     s->draft_hi += static_cast<size_t>(n);
   } else {
     s->draft_lo = static_cast<size_t>(kept), s->draft_hi = static_cast<size_t>(kept + n);
   }
-  if (prefix_) prefix_->insert(s->cached, s->kv);
+  if (prefix_ && s->media.empty()) prefix_->insert(s->cached, s->kv);
   metrics_.add_draft_tokens(n);
   if (static_cast<size_t>(kept + n) >= p.size()) {
     done();

@@ -76,9 +76,9 @@ class Scheduler {
 
   /// Queues a job; false when the queue is full (the caller answers 429).
   bool submit(std::shared_ptr<Job> job);
-  /// Queues a draft prefill (text tokens only: never an image's soft tokens) for `client`,
-  /// replacing that client's pending draft. False when stopping or `tokens` is empty.
-  bool submit_draft(const std::string& client, std::vector<int32_t> tokens);
+  /// Queues a draft prefill of `tokens` (with the soft tokens of `media`, runs inside `tokens`) for
+  /// `client`, replacing that client's pending draft. False when stopping or `tokens` is empty.
+  bool submit_draft(const std::string& client, std::vector<int32_t> tokens, std::vector<MediaRun> media = {});
   /// True once stop() was called.
   bool stopping() {
     std::lock_guard<std::mutex> lk(mu_);
@@ -95,6 +95,7 @@ class Scheduler {
   struct Draft {
     std::string client;
     std::vector<int32_t> tokens;
+    std::vector<MediaRun> media;
   };
   void loop();
   bool draft_step();
