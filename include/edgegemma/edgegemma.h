@@ -66,6 +66,13 @@ int eg_model_load(const char* path, eg_model** out);
  * model fits, else the CPU), "cpu" or "cuda". An explicit device that this build or machine lacks
  * fails with EG_ERR_FAILED and says so in eg_last_error(). */
 int eg_model_load_device(const char* path, const char* device, eg_model** out);
+/* The same, plus a llama.cpp mmproj GGUF with the vision tower (`edgegemma quantize --mmproj`
+ * writes one; Gemma 3 only so far, docs/vision.md): images then go through that tower, so a text
+ * GGUF + its mmproj take images as the Hugging Face directory does. mmproj_path NULL = none (the
+ * mmproj is never picked up by itself). Fails with EG_ERR_FAILED naming the file when it is not an
+ * mmproj, its projector type is unsupported, or a tensor is missing or mis-shaped; that it belongs
+ * to the text model (family, width) is checked when the first image is encoded. */
+int eg_model_load_mmproj(const char* path, const char* mmproj_path, const char* device, eg_model** out);
 /* The device the model's steps run on ("cpu", "cuda"); "" for NULL. Valid while the model lives. */
 const char* eg_model_device(const eg_model* model);
 /* Releases the handle (NULL is ignored). */
@@ -115,7 +122,7 @@ int eg_session_add_message(eg_session* session, const char* role, const char* co
  * 256 soft tokens on the released models; Gemma 4: up to 280, by its size), and its tokens start
  * prefilling in the background at once, so after the user presses Enter only the text remains.
  * Fails with EG_ERR_FAILED, changing nothing, when the model has no vision tower ("this model has
- * no vision tower": a text-only model, or a GGUF file), in raw mode, or for a bad image; a session
+ * no vision tower": a text-only model, or a GGUF file without an mmproj), in raw mode, or for a bad image; a session
  * with images cannot be saved (eg_session_save fails) yet.
  *
  * eg_session_add_image: an image file (JPEG, PNG, WebP, GIF first frame, BMP; the format is read

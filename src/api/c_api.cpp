@@ -103,12 +103,18 @@ const char* eg_version(void) {
 int eg_model_load(const char* path, eg_model** out) { return eg_model_load_device(path, nullptr, out); }
 
 int eg_model_load_device(const char* path, const char* device, eg_model** out) {
+  return eg_model_load_mmproj(path, nullptr, device, out);
+}
+
+int eg_model_load_mmproj(const char* path, const char* mmproj_path, const char* device, eg_model** out) {
   EG_REQUIRE(path != nullptr && out != nullptr, "eg_model_load: path and out must not be NULL");
   *out = nullptr;
   return guarded([&] {
     const eg::DeviceRequest dev = eg::parse_device(device != nullptr ? device : "auto");
     auto m = std::make_unique<eg_model>();
-    m->lm = eg::LoadedModel::load(path, dev);
+    auto lm = eg::LoadedModel::load(path, dev);
+    if (mmproj_path != nullptr) lm->attach_mmproj(mmproj_path);
+    m->lm = std::move(lm);
     *out = m.release();
     return EG_OK;
   });

@@ -32,6 +32,7 @@ namespace {
 
 struct ChatArgs {
   std::string model_dir;
+  std::string mmproj;  // --mmproj FILE
   std::string system;
   int n_predict = 1024;
   int ctx = 0;
@@ -201,7 +202,9 @@ int chat(const ChatArgs& a) {
   for (const auto& s : g.stops)
     if (s.empty()) throw Error("--stop: empty stop string");
   const std::string dir = a.model_dir.empty() ? default_model_dir() : a.model_dir;
-  std::shared_ptr<const LoadedModel> lm = LoadedModel::load(dir, parse_device(a.gen->device));
+  auto loaded = LoadedModel::load(dir, parse_device(a.gen->device));
+  if (!a.mmproj.empty()) loaded->attach_mmproj(a.mmproj);
+  std::shared_ptr<const LoadedModel> lm = std::move(loaded);
   for (const auto& n : lm->notes()) note("edgegemma: note: " + n);
   Session session(lm, opt);
   if (g.warmup) {
@@ -255,6 +258,7 @@ int chat(const ChatArgs& a) {
 Action register_chat(CLI::App& app) {
   auto a = std::make_shared<ChatArgs>();
   app.add_option("-m,--model", a->model_dir, "model directory (default: bundled tiny-gemma3)");
+  app.add_option("--mmproj", a->mmproj, "llama.cpp mmproj GGUF with the vision tower for a text GGUF (edgegemma quantize --mmproj writes one; not found automatically)");
   app.add_option("--system", a->system, "system message (Gemma 2/3 fold it into the first user turn)");
   app.add_option("-n,--n-predict", a->n_predict, "max new tokens per answer (default 1024)")->check(kCount);
   app.add_option("-c,--ctx", a->ctx, "context size in tokens, all turns (default: min(4096, the model's))")

@@ -31,6 +31,7 @@ namespace {
 
 struct RunArgs {
   std::string model_dir;
+  std::string mmproj;  // --mmproj FILE
   std::string prompt;
   bool prompt_given = false;
   std::string prompt_file;
@@ -98,10 +99,10 @@ int run(const RunArgs& a) {
     media.push_back(std::move(m));
   }
   auto lm = LoadedModel::load(dir, parse_device(g.device));
+  if (!a.mmproj.empty()) lm->attach_mmproj(a.mmproj);
   for (const auto& n : lm->notes()) std::fprintf(stderr, "edgegemma: note: %s\n", n.c_str());
   const Tokenizer& tok = lm->tokenizer();
-  std::unique_ptr<ImageEncoder> encoder;
-  if (n_images > 0) encoder = ImageEncoder::load(*lm, dir);  // "this model has no vision tower"
+  const ImageEncoder* encoder = n_images > 0 ? &lm->image_encoder() : nullptr;  // "... no vision tower"
   const AudioEncoder* aenc = n_clips > 0 ? &lm->audio_encoder() : nullptr;  // "... no audio tower"
   MediaPrompt with_media;
 
@@ -142,7 +143,7 @@ int run(const RunArgs& a) {
     text = marked + text;
   }
   if (!media.empty()) {
-    with_media = build_media_prompt(*lm, encoder.get(), aenc, text, media, a.no_bos);
+    with_media = build_media_prompt(*lm, encoder, aenc, text, media, a.no_bos);
     prompt = with_media.ids;
   }
   std::vector<int> tokens_per_image, tokens_per_clip;
@@ -255,6 +256,7 @@ int run(const RunArgs& a) {
 Action register_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
   app.add_option("-m,--model", a->model_dir, "model directory (default: bundled tiny-gemma3)");
+  app.add_option("--mmproj", a->mmproj, "llama.cpp mmproj GGUF with the vision tower for a text GGUF (edgegemma quantize --mmproj writes one; not found automatically)");
   app.add_option("-p,--prompt", a->prompt, "prompt text")->each([a](const std::string&) { a->prompt_given = true; });
   app.add_option("-f,--file", a->prompt_file, "read the prompt from a file");
   app.add_option("-n,--n-predict", a->n_predict, "max new tokens (default 256)")->check(kCount);

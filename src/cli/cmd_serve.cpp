@@ -20,6 +20,7 @@ namespace eg::cli {
 namespace {
 
 struct ServeArgs {
+  std::string mmproj;  // --mmproj FILE
   std::string model;
   std::string host = "127.0.0.1";
   int port = 8080;
@@ -57,7 +58,9 @@ int serve(const ServeArgs& a) {
   signal(SIGPIPE, SIG_IGN);
 
   const std::string path = a.model.empty() ? default_model_dir() : a.model;
-  std::shared_ptr<const LoadedModel> lm = LoadedModel::load(path, parse_device(a.device));
+  auto loaded = LoadedModel::load(path, parse_device(a.device));
+  if (!a.mmproj.empty()) loaded->attach_mmproj(a.mmproj);
+  std::shared_ptr<const LoadedModel> lm = std::move(loaded);
   for (const auto& n : lm->notes()) std::fprintf(stderr, "edgegemma: note: %s\n", n.c_str());
 
   server::ServerOptions o;
@@ -68,7 +71,7 @@ int serve(const ServeArgs& a) {
   std::filesystem::path p(path);
   while (!p.empty() && !p.has_filename()) p = p.parent_path();
   o.model_id = !a.alias.empty() ? a.alias : (p.extension() == ".gguf" ? p.stem().string() : p.filename().string());
-  const bool vision = lm->model().config().multimodal_wrapper && !lm->source_dir().empty();
+  const bool vision = (lm->model().config().multimodal_wrapper && !lm->source_dir().empty()) || !lm->mmproj_path().empty();
   o.max_body_bytes = static_cast<size_t>(a.max_body_kb > 0 ? a.max_body_kb : (vision ? 32768 : 1024)) * 1024;
   o.timeout_s = a.timeout;
   const int max_pos = lm->model().config().max_position_embeddings;
@@ -110,6 +113,7 @@ int serve(const ServeArgs& a) {
 Action register_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   app.add_option("-m,--model", a->model, "model directory or .gguf file (default: bundled tiny-gemma3)");
+  app.add_option("--mmproj", a->mmproj, "llama.cpp mmproj GGUF with the vision tower for a text GGUF (edgegemma quantize --mmproj writes one; not found automatically)");
   app.add_option("--host", a->host, "address to bind (default 127.0.0.1: this machine only)");
   app.add_option("--port", a->port, "TCP port (default 8080; 0 picks a free one)")->check(CLI::Range(0, 65535));
   app.add_option("-P,--parallel", a->parallel, "concurrent requests (slots), default 4")->check(CLI::Range(1, 256));

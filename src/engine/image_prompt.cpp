@@ -60,15 +60,47 @@ std::unique_ptr<ImageEncoder> ImageEncoder::load(const LoadedModel& lm, const st
                   " does not match mm_tokens_per_image " + std::to_string(e->vc_.mm_tokens_per_image));
     e->siglip_ = std::make_unique<vision::SiglipTower>(e->vc_, store);
   }
+  e->bind_tokens(lm, dir);
+  return e;
+}
+
+void ImageEncoder::bind_tokens(const LoadedModel& lm, const std::string& origin) {
   const Tokenizer& tok = lm.tokenizer();
-  const int V = mc.vocab_size;
-  for (int id : {e->vc_.boi_id, e->vc_.eoi_id, e->vc_.image_token_id})
+  const int V = lm.model().config().vocab_size;
+  for (int id : {vc_.boi_id, vc_.eoi_id, vc_.image_token_id})
     if (id < 0 || id >= tok.vocab_size() || id >= V)
-      throw Error(dir + ": image token id " + std::to_string(id) + " is outside the vocabulary");
-  e->boi_ = tok.piece(e->vc_.boi_id);
-  e->eoi_ = tok.piece(e->vc_.eoi_id);
-  e->image_ = tok.piece(e->vc_.image_token_id);
-  e->marker_ = want_g4 ? e->image_ : e->boi_;
+      throw Error(origin + ": image token id " + std::to_string(id) + " is outside the vocabulary");
+  boi_ = tok.piece(vc_.boi_id);
+  eoi_ = tok.piece(vc_.eoi_id);
+  image_ = tok.piece(vc_.image_token_id);
+  marker_ = gemma4() ? image_ : boi_;
+}
+
+std::unique_ptr<ImageEncoder> ImageEncoder::load_mmproj(const LoadedModel& lm, std::shared_ptr<const Mmproj> mm) {
+  auto e = std::unique_ptr<ImageEncoder>(new ImageEncoder());
+  const ModelConfig& mc = lm.model().config();
+  const std::string& path = mm->path;
+  if (mm->projector_type != "gemma3") throw Error(path + ": projector type '" + mm->projector_type + "' is not supported");
+  if (mc.family != ModelFamily::Gemma3)
+    throw Error(path + ": a Gemma 3 mmproj (projector type 'gemma3') does not belong to this " +
+                (mc.family == ModelFamily::Gemma4 ? "Gemma 4" : "Gemma 2") + " text model");
+  e->vc_ = mm->vision;
+  if (e->vc_.text_hidden != mc.hidden_size)
+    throw Error(path + ": the vision tower produces " + std::to_string(e->vc_.text_hidden) +
+                "-wide soft tokens (clip.vision.projection_dim) but the text model is " +
+                std::to_string(mc.hidden_size) + " wide");
+  const Tokenizer& tok = lm.tokenizer();
+  const char* names[3] = {"<start_of_image>", "<end_of_image>", "<image_soft_token>"};
+  int* ids[3] = {&e->vc_.boi_id, &e->vc_.eoi_id, &e->vc_.image_token_id};
+  for (int i = 0; i < 3; ++i) {
+    *ids[i] = tok.token_id(names[i]);
+    if (*ids[i] < 0)
+      throw Error(path + ": the text model's vocabulary has no " + names[i] + " token (needed for images)");
+  }
+  e->pc_ = mm->processor;
+  e->siglip_ = std::make_unique<vision::SiglipTower>(e->vc_, mm->store);
+  e->mmproj_ = std::move(mm);
+  e->bind_tokens(lm, path);
   return e;
 }
 

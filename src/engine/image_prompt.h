@@ -20,6 +20,7 @@
 
 #include "engine/loaded_model.h"
 #include "engine/media.h"
+#include "model/mmproj.h"
 #include "model/model.h"
 #include "vision/gemma4_vision.h"
 #include "vision/image.h"
@@ -37,6 +38,12 @@ class ImageEncoder {
   /// clear error for a tower that does not fit the text model (soft-token width, token ids) or
   /// that this build cannot run (Gemma 4 26B/31B's bidirectional image mask).
   static std::unique_ptr<ImageEncoder> load(const LoadedModel& lm, const std::string& dir);
+  /// The tower of a llama.cpp mmproj file (model/mmproj.h, open_mmproj) for `lm` (typically a
+  /// text GGUF). The image marker tokens are looked up by their text in `lm`'s vocabulary
+  /// (<start_of_image>, <end_of_image>, <image_soft_token>, as llama.cpp's mtmd does). Throws
+  /// eg::Error naming the file when it does not belong to the text model (a Gemma 3 projector for
+  /// a Gemma 4 model, a soft-token width other than the model's hidden size, missing marker tokens).
+  static std::unique_ptr<ImageEncoder> load_mmproj(const LoadedModel& lm, std::shared_ptr<const Mmproj> mm);
 
   /// Soft tokens [n, H] of one image (processor + tower); n = tokens_for(img).
   std::vector<float> encode(const vision::RgbImage& img) const;
@@ -59,6 +66,8 @@ class ImageEncoder {
   std::unique_ptr<vision::SiglipTower> siglip_;
   std::unique_ptr<vision::Gemma4VisionTower> g4_;
   std::string boi_, eoi_, image_, marker_;
+  std::shared_ptr<const Mmproj> mmproj_;  // keeps the mmproj tensors alive
+  void bind_tokens(const LoadedModel& lm, const std::string& origin);
 };
 
 /// A tokenised prompt with its images' soft tokens bound to the placeholder positions.

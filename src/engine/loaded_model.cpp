@@ -13,6 +13,7 @@
 #include "format/gguf.h"
 #include "tokenizer/chat_template.h"
 #include "model/gguf_model.h"
+#include "model/mmproj.h"
 
 namespace eg {
 
@@ -53,12 +54,21 @@ LoadedModel::LoadedModel(std::unique_ptr<Model> m, Tokenizer t)
 
 LoadedModel::~LoadedModel() = default;
 
+void LoadedModel::attach_mmproj(const std::string& path) {
+  auto m = std::make_shared<Mmproj>(open_mmproj(path));
+  std::lock_guard<std::mutex> lk(image_mu_);
+  mmproj_ = std::move(m);
+  mmproj_path_ = path;
+  image_enc_.reset();
+}
+
 const ImageEncoder& LoadedModel::image_encoder() const {
   std::lock_guard<std::mutex> lk(image_mu_);
   if (!image_enc_) {
-    if (dir_.empty())
-      throw Error("this model has no vision tower (a GGUF file: mmproj files are not supported yet)");
-    image_enc_ = ImageEncoder::load(*this, dir_);
+    if (mmproj_) image_enc_ = ImageEncoder::load_mmproj(*this, mmproj_);
+    else if (dir_.empty())
+      throw Error("this model has no vision tower (a GGUF file: give its vision tower with --mmproj FILE)");
+    else image_enc_ = ImageEncoder::load(*this, dir_);
   }
   return *image_enc_;
 }
@@ -66,7 +76,11 @@ const ImageEncoder& LoadedModel::image_encoder() const {
 const AudioEncoder& LoadedModel::audio_encoder() const {
   std::lock_guard<std::mutex> lk(audio_mu_);
   if (!audio_enc_) {
-    if (dir_.empty()) throw Error("this model has no audio tower (a GGUF file: mmproj files are not supported yet)");
+    if (dir_.empty())
+      throw Error(mmproj_ ? "this model has no audio tower (" + mmproj_path_ +
+                                ": Gemma 4 audio mmproj files (gemma4a) are not supported yet)"
+                          : std::string("this model has no audio tower (a GGUF file; Gemma 4 audio mmproj files "
+                                        "are not supported yet)"));
     audio_enc_ = AudioEncoder::load(*this, dir_);
   }
   return *audio_enc_;

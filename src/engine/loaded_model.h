@@ -13,6 +13,7 @@ namespace eg {
 
 class ImageEncoder;
 class AudioEncoder;
+struct Mmproj;
 
 class LoadedModel {
  public:
@@ -67,6 +68,15 @@ class LoadedModel {
   /// use and shared (thread-safe). Throws eg::Error "this model has no audio tower" for a
   /// checkpoint without one or a GGUF file; a failed load is retried by the next call.
   const AudioEncoder& audio_encoder() const;
+  /// Uses the llama.cpp mmproj file `path` (model/mmproj.h) for images from now on, instead of
+  /// the checkpoint's own tower (a text GGUF has none): opened and validated now, its tower
+  /// built on first use (ImageEncoder::load_mmproj, which checks that it fits this model). Not
+  /// found automatically next to a GGUF (llama.cpp's tools also need --mmproj). Throws eg::Error
+  /// naming the file (not an mmproj, unsupported projector, bad tensors); nothing changes then.
+  /// Call it before the model is shared between threads.
+  void attach_mmproj(const std::string& path);
+  /// The attached mmproj file ("" when none).
+  const std::string& mmproj_path() const { return mmproj_path_; }
   /// The Hugging Face directory the model was loaded from ("" for a GGUF file).
   const std::string& source_dir() const { return dir_; }
 
@@ -83,6 +93,8 @@ class LoadedModel {
   std::string chat_template_;
   std::vector<std::string> notes_;
   std::string dir_;
+  std::string mmproj_path_;
+  std::shared_ptr<const Mmproj> mmproj_;
   mutable std::mutex image_mu_;
   mutable std::unique_ptr<ImageEncoder> image_enc_;
   mutable std::mutex audio_mu_;

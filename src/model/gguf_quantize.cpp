@@ -20,6 +20,7 @@
 #include "model/weights.h"
 #include "quant/awq.h"
 #include "quant/quant.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace eg {
@@ -288,6 +289,19 @@ GGUFQuantizeReport quantize_to_gguf(const std::string& in, const std::string& ou
     kv.emplace_back("general.name", GGUFValue::str(name));
     arch_metadata(cfg, kv);
     tok->to_gguf_metadata(kv, cfg.family != ModelFamily::Gemma4);
+    // The folder's chat template (chat_template.jinja wins over tokenizer_config.json's, as
+    // load_chat_template and transformers), which the tokenizer alone does not see.
+    bool has_template = false;
+    for (const auto& [k, v] : kv) has_template |= k == "tokenizer.chat_template";
+    try {
+      const std::string tmpl = load_chat_template(in);
+      if (has_template)
+        for (auto& [k, v] : kv)
+          if (k == "tokenizer.chat_template") v = GGUFValue::str(tmpl);
+      if (!has_template) kv.emplace_back("tokenizer.chat_template", GGUFValue::str(tmpl));
+    } catch (const Error&) {
+      // no template: a base model
+    }
     const std::string prefix = find_decoder_prefix(*store);
     // Gemma 4: rope_freqs for the proportional RoPE of full layers.
     if (cfg.family == ModelFamily::Gemma4) {
