@@ -2,6 +2,7 @@
  * same vectors (docs/embeddings.md). Prints one line per text: n_tokens then the normalised
  * embedding (llama.cpp pools with the file's pooling type, applies dense_2/dense_3 and we
  * L2-normalise here). Texts are argv[2...], tokenized by llama.cpp with add_special = true.
+ * CHECK_F32=1 in the environment: F32 K/V, no flash attention.
  * Build against a llama.cpp checkout (not part of the CMake build):
  *   cc -O2 tools/llamacpp_embed_check.c -I LLAMA/include -I LLAMA/ggml/include \
  *      -L LLAMA_BUILD/bin -lllama -lm -Wl,-rpath,LLAMA_BUILD/bin -o /tmp/llamacpp_embed_check */
@@ -28,6 +29,11 @@ int main(int argc, char** argv) {
   cp.n_ctx = 2048;
   cp.n_batch = 2048;
   cp.n_ubatch = 2048;
+  if (getenv("CHECK_F32")) { /* keep K/V and attention in f32 (llama.cpp's default K/V type is F16) */
+    cp.type_k = GGML_TYPE_F32;
+    cp.type_v = GGML_TYPE_F32;
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  }
   const int n_out = llama_model_n_embd_out(model);
   for (int a = 2; a < argc; ++a) {
     struct llama_context* ctx = llama_init_from_model(model, cp);
