@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -168,4 +169,28 @@ TEST(EmbeddingStConfig, ParsesAndRejects) {
   EXPECT_EQ(m[1].second, "1_Pooling");
   EXPECT_THROW(eg::embed::parse_st_modules(R"([{"path": "../x", "type": "Dense"}])", "m"), eg::Error);
   EXPECT_THROW(eg::embed::parse_st_modules(R"({"a": 1})", "m"), eg::Error);
+}
+
+TEST(EmbeddingReference, EosFromTokenizerConfigWhenThePostProcessorLacksIt) {
+  // transformers rebuilds the post-processor from add_bos_token / add_eos_token; a tokenizer.json
+  // whose own template adds only <bos> must still give <bos> ... <eos>.
+  namespace fs = std::filesystem;
+  const std::string dir = egtest::make_temp_dir() + "/emb";
+  fs::copy(tiny_dir(), dir, fs::copy_options::recursive);
+  json tj = json::parse(egtest::read_file(dir + "/tokenizer.json"));
+  tj["post_processor"]["single"].erase(2);  // drop the <eos> of the template
+  egtest::write_file(dir + "/tokenizer.json", tj.dump());
+  json tc = json::parse(egtest::read_file(dir + "/tokenizer_config.json"));
+  tc["add_eos_token"] = true;  // as EmbeddingGemma's own tokenizer_config.json
+  egtest::write_file(dir + "/tokenizer_config.json", tc.dump());
+  auto e = eg::embed::open_embedder(dir);
+  auto& g = dynamic_cast<eg::embed::GemmaEmbedder&>(*e);
+  const json& c = reference()["cases"][0];
+  EXPECT_EQ(g.tokenize(c["text"], {}), c["input_ids"].get<std::vector<int32_t>>());
+  // And without add_eos_token in tokenizer_config.json the text really ends without <eos>.
+  tc["add_eos_token"] = false;
+  egtest::write_file(dir + "/tokenizer_config.json", tc.dump());
+  auto e2 = eg::embed::open_embedder(dir);
+  const auto ids = dynamic_cast<eg::embed::GemmaEmbedder&>(*e2).tokenize(c["text"], {});
+  EXPECT_EQ(ids.size() + 1, c["input_ids"].size());
 }

@@ -88,6 +88,9 @@ std::vector<int32_t> GemmaEmbedder::tokenize(const std::string& text, const Embe
   if (!valid_utf8(text)) throw Error("input is not valid UTF-8");
   const std::string full = prefix_for(options.task) + text;
   std::vector<int32_t> ids = p_.tokenizer->encode(full, /*add_bos=*/true);  // post-processor: <bos> ... <eos>
+  const int32_t bos = p_.tokenizer->bos_id(), eos = p_.tokenizer->eos_id();
+  if (p_.ensure_bos && bos >= 0 && (ids.empty() || ids.front() != bos)) ids.insert(ids.begin(), bos);
+  if (p_.ensure_eos && eos >= 0 && (ids.size() < 2 || ids.back() != eos)) ids.push_back(eos);
   if (static_cast<int>(ids.size()) > p_.max_tokens)
     throw Error("input has " + std::to_string(ids.size()) + " tokens, more than the model's limit of " +
                 std::to_string(p_.max_tokens) + " (including <bos>/<eos> and the task prompt)");

@@ -44,6 +44,10 @@ class GemmaEmbedder final : public Embedder {
     int max_tokens = 0;
     std::vector<std::string> weight_files;  // hashed (in this order) by model_digest()
     int threads = 0;
+    // tokenizer_config.json's add_bos_token / add_eos_token: transformers rebuilds the
+    // post-processor from them, so the ids start with <bos> / end with <eos> even when
+    // tokenizer.json's own post-processor does not add them (EmbeddingGemma: both true).
+    bool ensure_bos = false, ensure_eos = false;
   };
   /// Throws eg::Error if the parts do not fit together (the Dense chain must start at the hidden
   /// size; the model must be bidirectional).

@@ -39,18 +39,29 @@ DenseLayer dense_from(const TensorInfo& w, const TensorInfo* b, std::shared_ptr<
   return l;
 }
 
-int tokenizer_max_length(const fs::path& dir) {
+// tokenizer_config.json: model_max_length (0 when absent or implausible), add_bos_token,
+// add_eos_token (false when absent). The tokenizer loader has validated the file already.
+struct TokenizerFlags {
+  int max_length = 0;
+  bool add_bos = false, add_eos = false;
+};
+
+TokenizerFlags tokenizer_flags(const fs::path& dir) {
+  TokenizerFlags f;
   const fs::path p = dir / "tokenizer_config.json";
-  if (!fs::exists(p)) return 0;
+  if (!fs::exists(p)) return f;
   try {
     const auto j = nlohmann::json::parse(read_file(p.string()));
-    if (j.is_object() && j.contains("model_max_length") && j["model_max_length"].is_number_integer()) {
+    if (!j.is_object()) return f;
+    if (j.contains("model_max_length") && j["model_max_length"].is_number_integer()) {
       const int64_t v = j["model_max_length"].get<int64_t>();
-      if (v > 0 && v < (1 << 24)) return static_cast<int>(v);
+      if (v > 0 && v < (1 << 24)) f.max_length = static_cast<int>(v);
     }
+    if (j.contains("add_bos_token") && j["add_bos_token"].is_boolean()) f.add_bos = j["add_bos_token"];
+    if (j.contains("add_eos_token") && j["add_eos_token"].is_boolean()) f.add_eos = j["add_eos_token"];
   } catch (const nlohmann::json::exception&) {
   }
-  return 0;
+  return f;
 }
 
 std::unique_ptr<Embedder> open_folder(const std::string& dir, const OpenOptions& o) {
@@ -86,7 +97,10 @@ std::unique_ptr<Embedder> open_folder(const std::string& dir, const OpenOptions&
   }
   p.prompts = st.prompts;
   p.default_prompt_name = st.default_prompt_name;
-  p.max_tokens = st.max_seq_length > 0 ? st.max_seq_length : tokenizer_max_length(root);
+  const TokenizerFlags tf = tokenizer_flags(root);
+  p.ensure_bos = tf.add_bos;
+  p.ensure_eos = tf.add_eos;
+  p.max_tokens = st.max_seq_length > 0 ? st.max_seq_length : tf.max_length;
   if (p.max_tokens <= 0 || p.max_tokens > p.model->config().max_position_embeddings)
     p.max_tokens = p.model->config().max_position_embeddings;
   p.threads = o.threads;
