@@ -7,6 +7,7 @@
 // safetensors, 1.2 GB in a temp dir) and opened through open_embedder. Label: slow.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -128,7 +129,10 @@ TEST(EmbeddingRealShape, StagesMatchSentenceTransformers) {
   for (const json& c : reference()["cases"]) {
     const auto ids = c["input_ids"].get<std::vector<int32_t>>();
     SCOPED_TRACE("length " + std::to_string(ids.size()));
+    const auto t0 = std::chrono::steady_clock::now();
     const eg::embed::EmbedStages st = g.run_stages(ids);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("real shape, %zu tokens: %.2f s (%.0f tokens/s)\n", ids.size(), secs, ids.size() / secs);
     // Relative to each stage's scale (f32 sums over 768..3072 terms, 24 layers).
     const double dp = max_abs_diff(st.pooled, c["pooled"]) / max_abs(c["pooled"]);
     const double d1 = max_abs_diff(st.dense[0], c["dense1"]) / max_abs(c["dense1"]);
