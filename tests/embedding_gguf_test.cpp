@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -116,4 +117,28 @@ TEST(EmbeddingGguf, ChatGgufIsNotAnEmbeddingModel) {
   eg::quantize_to_gguf(egtest::shared_dir() + "/models/tiny-gemma3", out, o);
   EXPECT_FALSE(eg::embed::is_embedding_model(out));
   EXPECT_THROW(eg::embed::open_embedder(out), eg::Error);
+}
+
+TEST(EmbeddingGguf, EosFlagFollowsTokenizerConfig) {
+  // A folder whose tokenizer.json template adds only <bos> but whose tokenizer_config.json says
+  // add_eos_token: the GGUF says add_eos_token too, so llama.cpp and we end the ids with <eos>.
+  namespace fs = std::filesystem;
+  const std::string dir = egtest::make_temp_dir() + "/emb";
+  fs::copy(tiny_dir(), dir, fs::copy_options::recursive);
+  json tj = json::parse(egtest::read_file(dir + "/tokenizer.json"));
+  tj["post_processor"]["single"].erase(2);
+  egtest::write_file(dir + "/tokenizer.json", tj.dump());
+  const std::string out = dir + "/x.gguf";
+  eg::GGUFQuantizeOptions o;
+  o.type = "f32";
+  eg::quantize_to_gguf(dir, out, o);
+  EXPECT_FALSE(eg::GGUFFile::open(out)->get_bool("tokenizer.ggml.add_eos_token", true));
+  json tc = json::parse(egtest::read_file(dir + "/tokenizer_config.json"));
+  tc["add_eos_token"] = true;
+  egtest::write_file(dir + "/tokenizer_config.json", tc.dump());
+  eg::quantize_to_gguf(dir, out, o);
+  EXPECT_TRUE(eg::GGUFFile::open(out)->get_bool("tokenizer.ggml.add_eos_token", false));
+  auto e = eg::embed::open_embedder(out);
+  const json& c = reference()["cases"][0];
+  EXPECT_EQ(dynamic_cast<eg::embed::GemmaEmbedder&>(*e).tokenize(c["text"], {}), c["input_ids"].get<std::vector<int32_t>>());
 }

@@ -8,6 +8,8 @@
 #include <filesystem>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/error.h"
@@ -278,6 +280,16 @@ void embedding_extras(const std::string& in, KV& kv, std::vector<Src>& srcs,
     srcs.push_back(std::move(s));
     kv.emplace_back("gemma-embedding." + n + "_feat_in", GGUFValue::u32(d.in));
     kv.emplace_back("gemma-embedding." + n + "_feat_out", GGUFValue::u32(d.out));
+  }
+  // tokenizer_config.json's add_bos_token / add_eos_token complete the post-processor (as
+  // transformers and our folder loader do): the GGUF's flags say what the ids really start / end with.
+  const fs::path tcp = fs::path(in) / "tokenizer_config.json";
+  if (fs::exists(tcp)) {
+    const nlohmann::json tc = nlohmann::json::parse(read_file(tcp.string()), nullptr, false);
+    for (const char* flag : {"add_bos_token", "add_eos_token"})
+      if (tc.is_object() && tc.contains(flag) && tc[flag].is_boolean() && tc[flag].get<bool>())
+        for (auto& [key, value] : kv)
+          if (key == std::string("tokenizer.ggml.") + flag) value = GGUFValue::boolean(true);
   }
   std::vector<std::string> names, texts;
   for (const embed::Prompt& p : st.prompts) {
