@@ -109,8 +109,12 @@ TEST(Config, ErrorsAreClear) {
   c["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}};
   expect_error(c.dump(), "yarn");
   c = hub_4b();
+  c["use_bidirectional_attention"] = "yes";
+  expect_error(c.dump(), "use_bidirectional_attention");
+  c = hub_4b();  // EmbeddingGemma's Gemma 3 encoder
   c["use_bidirectional_attention"] = true;
-  expect_error(c.dump(), "bidirectional");
+  EXPECT_TRUE(eg::parse_hf_config(c.dump(), "", "config.json").bidirectional);
+  EXPECT_FALSE(eg::parse_hf_config(hub_4b().dump(), "", "config.json").bidirectional);
   EXPECT_THROW(eg::load_hf_config("/nonexistent/dir"), eg::Error);
   EXPECT_THROW(eg::load_hf_config(egtest::make_temp_dir()), eg::Error);
 }

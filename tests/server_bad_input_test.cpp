@@ -80,7 +80,8 @@ TEST(ServerBadInput, Table) {
       {"tokenize: flag not a bool", "/tokenize", R"({"content": "x", "add_special": "yes"})", 400},
       {"audio output", "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "modalities": ["text", "audio"], "audio": {"voice": "x", "format": "wav"}})", 400},
       {"modalities not an array", "/v1/chat/completions", R"({"messages": [{"role": "user", "content": "hi"}], "modalities": "text"})", 400},
-      {"unknown route", "/v1/embeddings", R"({"input": "x"})", 404},
+      {"embeddings without an embedding model", "/v1/embeddings", R"({"input": "x"})", 400},
+      {"unknown route", "/v1/rerank", R"({"input": "x"})", 404},
   };
   for (const Case& c : cases) {
     auto [st, body] = s.post_raw(c.path, c.body);

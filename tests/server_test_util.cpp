@@ -22,7 +22,7 @@ TestServer::TestServer(const std::string& model_path, eg::server::ServerOptions 
   o.host = "127.0.0.1";
   o.port = 0;
   if (o.model_id.empty()) o.model_id = "test-model";
-  srv_ = std::make_unique<eg::server::Server>(shared_model(model_path), o);
+  srv_ = std::make_unique<eg::server::Server>(model_path.empty() ? nullptr : shared_model(model_path), o);
   port_ = srv_->bind();
   th_ = std::thread([this] { srv_->listen(); });
   for (int i = 0; i < 500; ++i) {  // until it answers

@@ -18,6 +18,7 @@ std::shared_ptr<const eg::LoadedModel> shared_model(const std::string& path);
 
 class TestServer {
  public:
+  /// model_path "": no chat model (an embeddings-only server: o.embedder must be set).
   TestServer(const std::string& model_path, eg::server::ServerOptions o);
   ~TestServer();
   /// Stops the server (as SIGTERM does in `serve`); the destructor then only joins.

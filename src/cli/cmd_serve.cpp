@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/gen_flags.h"
 #include "core/error.h"
+#include "embed/open.h"
 #include "engine/loaded_model.h"
 #include "server/server.h"
 
@@ -37,7 +38,15 @@ struct ServeArgs {
   int threads = 0;
   std::string kv_type = "f16";
   std::string device = "auto";
+  std::string embedding_model;
 };
+
+// The id a model path is served under: the folder name, or the .gguf file's stem.
+std::string id_of(const std::string& path) {
+  std::filesystem::path p(path);
+  while (!p.empty() && !p.has_filename()) p = p.parent_path();
+  return p.extension() == ".gguf" ? p.stem().string() : p.filename().string();
+}
 
 std::string read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -45,6 +54,42 @@ std::string read_file(const std::string& path) {
   std::ostringstream s;
   s << f.rdbuf();
   return s.str();
+}
+
+// Binds, reports, serves until SIGINT/SIGTERM (blocked in every thread by serve()).
+int run_server(server::Server& srv, const ServeArgs& a, const std::string& what) {
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  const int port = srv.bind();
+  std::thread watcher([&srv, sigs] {
+    int sig = 0;
+    sigwait(&sigs, &sig);
+    std::fprintf(stderr, "edgegemma serve: signal %d, stopping\n", sig);
+    srv.stop();
+  });
+  std::fprintf(stderr, "edgegemma serve: %s%d/\n", what.c_str(), port);
+  std::printf("edgegemma serve: listening on http://%s:%d\n", a.host.c_str(), port);
+  std::fflush(stdout);
+  srv.listen();
+  srv.stop();
+  pthread_kill(watcher.native_handle(), SIGTERM);  // wakes sigwait if no signal came
+  watcher.join();
+  return 0;
+}
+
+int serve_embeddings_only(const ServeArgs& a, server::ServerOptions& o) {
+  o.host = a.host;
+  o.port = a.port;
+  o.api_key = a.api_key;
+  o.model_id = o.embedding_model_id;
+  o.max_body_bytes = static_cast<size_t>(a.max_body_kb > 0 ? a.max_body_kb : 1024) * 1024;
+  o.timeout_s = a.timeout;
+  server::Server srv(nullptr, o);
+  const std::string what = "embedding model " + o.embedding_model_id + " (" + std::to_string(o.embedder->full_dim()) +
+                           " dims; POST /v1/embeddings only, chat routes answer 400) | http://" + a.host + ":";
+  return run_server(srv, a, what);
 }
 
 int serve(const ServeArgs& a) {
@@ -58,19 +103,29 @@ int serve(const ServeArgs& a) {
   signal(SIGPIPE, SIG_IGN);
 
   const std::string path = a.model.empty() ? default_model_dir() : a.model;
+  server::ServerOptions o;
+  // -m EMBEDDING_MODEL alone: embeddings only; --embedding-model adds one beside a chat model.
+  const bool embed_only = embed::is_embedding_model(path);
+  if (embed_only && !a.embedding_model.empty())
+    throw Error(path + " is an embedding model: give a chat model with -m and the embedding model with --embedding-model");
+  const std::string emb_path = embed_only ? path : a.embedding_model;
+  if (!emb_path.empty()) {
+    embed::OpenOptions eo;
+    eo.threads = a.threads;
+    o.embedder = embed::open_embedder(emb_path, eo);
+    o.embedding_model_id = embed_only && !a.alias.empty() ? a.alias : id_of(emb_path);
+  }
+  if (embed_only) return serve_embeddings_only(a, o);
   auto loaded = LoadedModel::load(path, parse_device(a.device));
   if (!a.mmproj.empty()) loaded->attach_mmproj(a.mmproj);
   std::shared_ptr<const LoadedModel> lm = std::move(loaded);
   for (const auto& n : lm->notes()) std::fprintf(stderr, "edgegemma: note: %s\n", n.c_str());
 
-  server::ServerOptions o;
   o.host = a.host;
   o.port = a.port;
   o.api_key = a.api_key;
   if (!a.chat_template.empty()) o.chat_template = read_file(a.chat_template);
-  std::filesystem::path p(path);
-  while (!p.empty() && !p.has_filename()) p = p.parent_path();
-  o.model_id = !a.alias.empty() ? a.alias : (p.extension() == ".gguf" ? p.stem().string() : p.filename().string());
+  o.model_id = !a.alias.empty() ? a.alias : id_of(path);
   const bool vision = (lm->model().config().multimodal_wrapper && !lm->source_dir().empty()) || !lm->mmproj_path().empty();
   o.max_body_bytes = static_cast<size_t>(a.max_body_kb > 0 ? a.max_body_kb : (vision ? 32768 : 1024)) * 1024;
   o.timeout_s = a.timeout;
@@ -89,23 +144,11 @@ int serve(const ServeArgs& a) {
                          "(use --chat-template or /v1/completions)\n");
 
   server::Server srv(lm, o);
-  const int port = srv.bind();
-  std::thread watcher([&srv, sigs] {
-    int sig = 0;
-    sigwait(&sigs, &sig);
-    std::fprintf(stderr, "edgegemma serve: signal %d, stopping\n", sig);
-    srv.stop();
-  });
-  std::fprintf(stderr, "edgegemma serve: model %s | %d slots x %d tokens of context | %s | web chat at http://%s:%d/\n",
-               o.model_id.c_str(), o.scheduler.slots, o.scheduler.context_tokens,
-               lm->executor().description().c_str(), a.host.c_str(), port);
-  std::printf("edgegemma serve: listening on http://%s:%d\n", a.host.c_str(), port);
-  std::fflush(stdout);
-  srv.listen();
-  srv.stop();
-  pthread_kill(watcher.native_handle(), SIGTERM);  // wakes sigwait if no signal came
-  watcher.join();
-  return 0;
+  char what[512];
+  std::snprintf(what, sizeof what, "model %s | %d slots x %d tokens of context | %s%s%s | web chat at http://%s:",
+                o.model_id.c_str(), o.scheduler.slots, o.scheduler.context_tokens, lm->executor().description().c_str(),
+                o.embedder ? " | embeddings: " : "", o.embedder ? o.embedding_model_id.c_str() : "", a.host.c_str());
+  return run_server(srv, a, what);
 }
 
 }  // namespace
@@ -133,6 +176,9 @@ Action register_serve(CLI::App& app) {
   app.add_option("-t,--threads", a->threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));
   app.add_option("--kv-type", a->kv_type, "KV cache type f16|bf16|f32|int8 (default f16)");
   app.add_option("--device", a->device, "where steps run: auto (default), cpu or cuda");
+  app.add_option("--embedding-model", a->embedding_model,
+                 "also serve POST /v1/embeddings with this embedding model (sentence-transformers folder or "
+                 "gemma-embedding .gguf); -m EMBEDDING_MODEL alone serves embeddings only");
   return [a] { return serve(*a); };
 }
 

@@ -52,6 +52,8 @@ int main(int argc, char** argv) {
       eg::cli::register_perplexity);
   add("serve", "OpenAI-compatible HTTP server with streaming, JSON-schema output, tool calls and a web chat page",
       eg::cli::register_serve);
+  add("embed", "text embeddings (EmbeddingGemma) of stdin or files, with task prompts and Matryoshka dims",
+      eg::cli::register_embed);
   add("bench", "measure prefill and decode speed (tok/s), TTFT, load time and peak RSS, like llama-bench",
       eg::cli::register_bench);
   try {

@@ -147,6 +147,7 @@ int64_t heads_per_task(int64_t G, int64_t groups) {
 void paged_attention(const float* q, int64_t T, const int32_t* pos, const KVLayerView& kv,
                      const ops::AttentionParams& p, float* out, const int32_t* key_end) {
   if (T <= 0) return;
+  if (p.symmetric && !key_end) throw Error("paged attention: a symmetric window needs key_end");
   check_view(pos, T, kv, p, key_end);
   const int64_t H = p.n_heads, D = p.head_dim, KVH = p.n_kv_heads, G = H / KVH;
   const int64_t tiles = (T + kTileQ - 1) / kTileQ;
@@ -159,8 +160,12 @@ void paged_attention(const float* q, int64_t T, const int32_t* pos, const KVLaye
     thread_local std::vector<QueryRef> refs;  // reused: no allocation per task on the hot path
     refs.clear();
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t last = key_end ? std::max<int64_t>(key_end[t], pos[t]) : pos[t];
-      const int64_t first = p.window > 0 ? std::max<int64_t>(0, pos[t] - p.window + 1) : 0;
+      int64_t last = key_end ? std::max<int64_t>(key_end[t], pos[t]) : pos[t];
+      int64_t first = p.window > 0 ? std::max<int64_t>(0, pos[t] - p.window + 1) : 0;
+      if (p.symmetric && p.window > 0) {  // |q - k| <= window/2 (model/config.h: bidirectional)
+        first = std::max<int64_t>(0, pos[t] - p.window / 2);
+        last = std::min<int64_t>(last, pos[t] + p.window / 2);
+      }
       for (int64_t h = h0; h < h1; ++h) refs.push_back({q + (t * H + h) * D, out + (t * H + h) * D, first, last});
     }
     attend_group(refs.data(), static_cast<int>(refs.size()), kvh, kv, p);
@@ -170,6 +175,7 @@ void paged_attention(const float* q, int64_t T, const int32_t* pos, const KVLaye
 void paged_attention_rows(const float* q, int64_t B, const int32_t* pos, const KVLayerView* views,
                           const ops::AttentionParams& p, float* out) {
   if (B <= 0) return;
+  if (p.symmetric) throw Error("paged attention: batched decode rows cannot be bidirectional");
   for (int64_t b = 0; b < B; ++b) check_view(pos + b, 1, views[b], p);
   const int64_t H = p.n_heads, D = p.head_dim, KVH = p.n_kv_heads, G = H / KVH;
   const int64_t hpt = heads_per_task(G, B * KVH), hsplit = (G + hpt - 1) / hpt;

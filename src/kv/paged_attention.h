@@ -23,7 +23,8 @@ namespace eg::kv {
 /// Throws eg::Error if a needed page is missing (recycled) or the shapes disagree.
 /// key_end (optional, [T]): query t sees keys up to key_end[t] >= pos[t] instead of pos[t] (a
 /// bidirectional image block; the sliding window still bounds keys from below); those keys must
-/// be in the cache already.
+/// be in the cache already. With p.symmetric (bidirectional encoder layers, ops.h) key_end is
+/// required and query t sees max(0, pos - window/2) .. min(key_end[t], pos + window/2).
 void paged_attention(const float* q, int64_t T, const int32_t* pos, const KVLayerView& kv,
                      const ops::AttentionParams& p, float* out, const int32_t* key_end = nullptr);
 

@@ -54,6 +54,7 @@ ops::AttentionParams attention_params(const ModelConfig& cfg, const LayerConfig&
   ap.scale = cfg.query_scale;
   ap.softcap = cfg.attn_softcap;
   ap.window = lc.type == LayerType::Sliding ? cfg.sliding_window : 0;
+  ap.symmetric = cfg.bidirectional;
   return ap;
 }
 

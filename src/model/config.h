@@ -53,6 +53,13 @@ struct ModelConfig {
   bool v_norm = false;              // Gemma 4: scale-less RMSNorm of V per head
   bool layer_scalar = false;        // Gemma 4: per-layer scalar multiplying the residual stream
   bool tie_word_embeddings = true;
+  /// use_bidirectional_attention (EmbeddingGemma, Gemma3TextModel): an encoder, no causal mask.
+  /// Full layers see every position; sliding layers see the symmetric window |q - k| <= W/2
+  /// (W = sliding_window as written in config.json, integer division), which is transformers'
+  /// rule (configuration_gemma3.py sets sliding_window = W//2 + 1 and modeling_gemma3.py's
+  /// _bidirectional_window_overlay keeps |q - k| < that) and llama.cpp's SWA_TYPE_SYMMETRIC.
+  /// Such a model runs through Model::encode only (Model::forward refuses it).
+  bool bidirectional = false;
   std::vector<LayerConfig> layers;
 
   // Gemma 4 per-layer embeddings (PLE): table [ple_vocab, n_layers·ple_dim]; 0 = none.

@@ -100,9 +100,10 @@ void fill_common(const Fields& f, ModelConfig& c, int default_vocab, int default
   if (t.contains("hidden_activation") && t["hidden_activation"].is_string() &&
       t["hidden_activation"] != "gelu_pytorch_tanh")
     f.fail("unsupported hidden_activation '" + t["hidden_activation"].get<std::string>() + "'");
-  if (t.contains("use_bidirectional_attention") && t["use_bidirectional_attention"].is_boolean() &&
-      t["use_bidirectional_attention"].get<bool>())
-    f.fail("use_bidirectional_attention=true (an embedding model) is not supported");
+  // Gemma 3 reads it itself (EmbeddingGemma: ModelConfig::bidirectional); elsewhere it is unknown.
+  if (c.family != ModelFamily::Gemma3 && t.contains("use_bidirectional_attention") &&
+      t["use_bidirectional_attention"].is_boolean() && t["use_bidirectional_attention"].get<bool>())
+    f.fail("use_bidirectional_attention=true is supported for Gemma 3 (EmbeddingGemma) only");
   if (t.contains("use_bidirectional_attention") && t["use_bidirectional_attention"].is_string() &&
       t["use_bidirectional_attention"] == "all")
     f.fail("use_bidirectional_attention='all' (an encoder) is not supported");

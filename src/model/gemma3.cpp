@@ -14,6 +14,7 @@ void load_gemma3_config(const json& t, const std::string& origin, ModelConfig& c
   c.max_position_embeddings = f.get_int("max_position_embeddings", 131072);
   const UniformGeometry g = fill_gemma23_attention(f, c);
   c.qk_norm = true;
+  c.bidirectional = f.get_bool("use_bidirectional_attention", false);
 
   // Layer types: explicit list (transformers 5) or the sliding pattern (Hub layout): layer i is
   // full iff (i+1) % pattern == 0; the last layer is not forced to full.

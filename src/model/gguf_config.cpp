@@ -64,12 +64,12 @@ ModelConfig gguf_model_config(const GGUFFile& g) {
   Meta m{g, g.get_string("general.architecture")};
   ModelConfig c;
   if (m.arch == "gemma2") c.family = ModelFamily::Gemma2;
-  else if (m.arch == "gemma3") c.family = ModelFamily::Gemma3;
+  else if (m.arch == "gemma3" || m.arch == "gemma-embedding") c.family = ModelFamily::Gemma3;
   else if (m.arch == "gemma4") c.family = ModelFamily::Gemma4;
   else if (m.arch == "gemma")
     m.fail("Gemma 1 (architecture 'gemma') is not supported: it has no post-attention/post-FFN norms");
   else
-    m.fail("unsupported general.architecture '" + m.arch + "' (supported: gemma2, gemma3, gemma4)");
+    m.fail("unsupported general.architecture '" + m.arch + "' (supported: gemma2, gemma3, gemma4, gemma-embedding)");
   c.model_type = m.arch + " (gguf)";
 
   const GGUFTensor* emb = g.find_tensor("token_embd.weight");
@@ -115,10 +115,20 @@ ModelConfig gguf_model_config(const GGUFFile& g) {
       else if (st != "none") m.fail("unsupported rope.scaling.type '" + st + "'");
     }
     if (!(full.theta > 0) || !(local.theta > 0) || !(full.linear_factor > 0)) m.fail("rope parameters must be > 0");
+    // gemma-embedding (EmbeddingGemma, llama.cpp LLM_ARCH_GEMMA_EMBEDDING): bidirectional, and
+    // attention.sliding_window_pattern is a period n (layer i full iff (i+1) % n == 0; 6 when absent).
+    int period = 6;
+    if (m.arch == "gemma-embedding") {
+      c.bidirectional = true;
+      if (const GGUFValue* p = g.find(m.key("attention.sliding_window_pattern"))) {
+        if (p->is_array()) m.fail("metadata '" + m.key("attention.sliding_window_pattern") + "' must be one integer");
+        period = m.req_int("attention.sliding_window_pattern");
+      }
+    }
     for (int i = 0; i < L; ++i) {
       LayerConfig& l = c.layers[i];
       l.type = c.family == ModelFamily::Gemma2 ? (i % 2 == 1 ? LayerType::Full : LayerType::Sliding)
-                                               : ((i + 1) % 6 == 0 ? LayerType::Full : LayerType::Sliding);
+                                               : ((i + 1) % period == 0 ? LayerType::Full : LayerType::Sliding);
       l.head_dim = hd;
       l.n_kv_heads = kvh[i];
       l.intermediate_size = ffn[i];

@@ -8,6 +8,11 @@
 //    Gemma 2 without soft-capping and with all layers full).
 //  * Gemma 2/3 norms are stored as 1 + w: the config gets norm_offset = 0 (the stored values are
 //    used as they are, no subtraction).
+//  * gemma-embedding (EmbeddingGemma): a Gemma 3 decoder run bidirectionally (ModelConfig::
+//    bidirectional; llama.cpp's symmetric window), attention.sliding_window_pattern = period n
+//    (layer i full iff (i+1) % n == 0, default 6), pooling_type (1 = mean), the sentence-
+//    transformers Dense layers as dense_2.weight [feat_out, feat_in] / dense_3.weight (kept in the
+//    store under their own names; read by src/embed/), dense_2_feat_in/out, dense_3_feat_in/out.
 //  * Layer types: Gemma 2 alternates sliding/full starting with sliding; Gemma 3 has every 6th
 //    layer full; Gemma 4 stores attention.sliding_window_pattern (true = sliding).
 //  * Gemma 2 has no rope.freq_base: 10000. Gemma 3's local base is rope.freq_base_swa (10000

@@ -8,11 +8,14 @@
 #include <filesystem>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/thread_pool.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/progress.h"
+#include "embed/st_config.h"
 #include "format/gguf.h"
 #include "format/safetensors.h"
 #include "model/gguf_model.h"
@@ -65,8 +68,9 @@ struct Src {
   float add = 0.0f;
 };
 
-std::string arch_name(ModelFamily f) {
-  switch (f) {
+std::string arch_name(const ModelConfig& c) {
+  if (c.bidirectional) return "gemma-embedding";  // EmbeddingGemma (llama.cpp LLM_ARCH_GEMMA_EMBEDDING)
+  switch (c.family) {
     case ModelFamily::Gemma2: return "gemma2";
     case ModelFamily::Gemma3: return "gemma3";
     case ModelFamily::Gemma4: return "gemma4";
@@ -76,7 +80,7 @@ std::string arch_name(ModelFamily f) {
 
 /// Architecture metadata as llama.cpp's converter writes it (gguf_model.h; README of the fixtures).
 void arch_metadata(const ModelConfig& c, KV& kv) {
-  const std::string a = arch_name(c.family);
+  const std::string a = arch_name(c);
   auto k = [&](const char* s) { return a + "." + s; };
   const LayerConfig* full = nullptr;
   const LayerConfig* swa = nullptr;
@@ -116,6 +120,19 @@ void arch_metadata(const ModelConfig& c, KV& kv) {
     kv.emplace_back(k("rope.scaling.type"), GGUFValue::str("linear"));
     kv.emplace_back(k("rope.scaling.factor"), GGUFValue::f32(full->rope_linear_factor));
   }
+  if (c.bidirectional) {
+    // llama.cpp reads the layer types of gemma-embedding as a period n: layer i is full iff
+    // (i+1) % n == 0. The smallest period that reproduces ours.
+    int period = 0;
+    for (int p = 1; p <= c.n_layers && !period; ++p) {
+      bool ok = true;
+      for (int i = 0; i < c.n_layers; ++i) ok &= (c.layers[i].type == LayerType::Full) == ((i + 1) % p == 0);
+      if (ok) period = p;
+    }
+    if (!period) throw Error("quantize: the embedding model's layer types are not periodic (llama.cpp cannot express them)");
+    kv.emplace_back(k("attention.sliding_window_pattern"), GGUFValue::u32(period));
+    kv.emplace_back(k("pooling_type"), GGUFValue::u32(1));  // mean (llama.cpp LLAMA_POOLING_TYPE_MEAN)
+  }
   if (c.family == ModelFamily::Gemma4) {
     int shared = 0;
     for (const LayerConfig& l : c.layers) shared += l.kv_source >= 0;
@@ -142,7 +159,7 @@ std::string config_difference(const ModelConfig& a, const ModelConfig& b) {
   auto fe = [](float x, float y) { return std::fabs(x - y) <= 1e-6f * std::max(1.0f, std::fabs(x)); };
 #define EG_CMP(f) if (!(a.f == b.f)) return #f;
 #define EG_CMPF(f) if (!fe(a.f, b.f)) return #f;
-  EG_CMP(family) EG_CMP(vocab_size) EG_CMP(hidden_size) EG_CMP(n_layers) EG_CMP(n_heads) EG_CMP(sliding_window)
+  EG_CMP(family) EG_CMP(bidirectional) EG_CMP(vocab_size) EG_CMP(hidden_size) EG_CMP(n_layers) EG_CMP(n_heads) EG_CMP(sliding_window)
   EG_CMPF(rms_norm_eps) EG_CMPF(query_scale) EG_CMPF(attn_softcap) EG_CMPF(final_softcap) EG_CMP(qk_norm) EG_CMP(v_norm)
   EG_CMP(layer_scalar) EG_CMP(ple_dim) EG_CMP(n_experts) EG_CMP(top_k_experts) EG_CMP(moe_intermediate_size)
   for (int i = 0; i < a.n_layers; ++i) {
@@ -238,6 +255,56 @@ DType gguf_recipe_type(const std::string& type, const std::string& name, const s
   return t;
 }
 
+/// An embedding model's sentence-transformers parts (embed/st_config.h) as llama.cpp's converter
+/// writes them with --sentence-transformers-dense-modules: dense_2.weight / dense_3.weight and
+/// their feat_in / feat_out keys; plus the prompts under edgegemma.embedding.* (llama.cpp ignores
+/// them; our loader offers them as tasks).
+void embedding_extras(const std::string& in, KV& kv, std::vector<Src>& srcs,
+                      std::vector<std::unique_ptr<TensorStore>>& stores) {
+  const embed::StConfig st = embed::load_st_config(in);
+  if (!st.normalize) throw Error("quantize: " + in + ": an embedding model without a Normalize module is not supported");
+  if (st.dense.size() != 2 && !st.dense.empty())
+    throw Error("quantize: " + in + ": llama.cpp's gemma-embedding holds exactly two Dense modules (dense_2, dense_3), this has " +
+                std::to_string(st.dense.size()));
+  for (size_t i = 0; i < st.dense.size(); ++i) {
+    const embed::DenseSpec& d = st.dense[i];
+    if (d.bias) throw Error("quantize: " + d.dir + ": Dense modules with a bias are not supported in GGUF");
+    stores.push_back(std::make_unique<TensorStore>(TensorStore::open_file((fs::path(d.dir) / "model.safetensors").string())));
+    const TensorInfo* t = stores.back()->find("linear.weight");
+    if (!t || t->shape != std::vector<int64_t>{d.out, d.in}) throw Error("quantize: " + d.dir + ": missing or misshaped linear.weight");
+    const std::string n = i == 0 ? "dense_2" : "dense_3";
+    Src s;
+    s.name = n + ".weight";
+    s.ne = {d.in, d.out};
+    s.dtype = t->dtype;
+    s.data = t->data;
+    srcs.push_back(std::move(s));
+    kv.emplace_back("gemma-embedding." + n + "_feat_in", GGUFValue::u32(d.in));
+    kv.emplace_back("gemma-embedding." + n + "_feat_out", GGUFValue::u32(d.out));
+  }
+  // tokenizer_config.json's add_bos_token / add_eos_token complete the post-processor (as
+  // transformers and our folder loader do): the GGUF's flags say what the ids really start / end with.
+  const fs::path tcp = fs::path(in) / "tokenizer_config.json";
+  if (fs::exists(tcp)) {
+    const nlohmann::json tc = nlohmann::json::parse(read_file(tcp.string()), nullptr, false);
+    for (const char* flag : {"add_bos_token", "add_eos_token"})
+      if (tc.is_object() && tc.contains(flag) && tc[flag].is_boolean() && tc[flag].get<bool>())
+        for (auto& [key, value] : kv)
+          if (key == std::string("tokenizer.ggml.") + flag) value = GGUFValue::boolean(true);
+  }
+  std::vector<std::string> names, texts;
+  for (const embed::Prompt& p : st.prompts) {
+    names.push_back(p.name);
+    texts.push_back(p.prefix);
+  }
+  if (!names.empty()) {
+    kv.emplace_back("edgegemma.embedding.prompt_names", GGUFValue::str_array(std::move(names)));
+    kv.emplace_back("edgegemma.embedding.prompts", GGUFValue::str_array(std::move(texts)));
+  }
+  if (!st.default_prompt_name.empty())
+    kv.emplace_back("edgegemma.embedding.default_prompt_name", GGUFValue::str(st.default_prompt_name));
+}
+
 GGUFQuantizeReport quantize_to_gguf(const std::string& in, const std::string& out, const GGUFQuantizeOptions& opt) {
   const DType base = base_type(opt.type);
   auto log = [&](const std::string& s) {
@@ -259,6 +326,7 @@ GGUFQuantizeReport quantize_to_gguf(const std::string& in, const std::string& ou
   ModelConfig cfg;
   KV kv;
   std::vector<Src> srcs;
+  std::vector<std::unique_ptr<TensorStore>> dense_stores;  // an embedding model's Dense weights
   const std::string ftype_key = "general.file_type";
   if (from_gguf) {
     if (fs::path(in).extension() != ".gguf") throw Error(in + ": input must be a Hugging Face directory or a .gguf file");
@@ -284,7 +352,7 @@ GGUFQuantizeReport quantize_to_gguf(const std::string& in, const std::string& ou
     tok = std::make_unique<Tokenizer>(Tokenizer::load_dir(in));
     std::string name = fs::path(in).filename().string();
     if (name.empty()) name = fs::path(in).parent_path().filename().string();
-    kv.emplace_back("general.architecture", GGUFValue::str(arch_name(cfg.family)));
+    kv.emplace_back("general.architecture", GGUFValue::str(arch_name(cfg)));
     kv.emplace_back("general.type", GGUFValue::str("model"));
     kv.emplace_back("general.name", GGUFValue::str(name));
     arch_metadata(cfg, kv);
@@ -316,6 +384,7 @@ GGUFQuantizeReport quantize_to_gguf(const std::string& in, const std::string& ou
           break;
         }
     }
+    if (cfg.bidirectional) embedding_extras(in, kv, srcs, dense_stores);
     for (const std::string& hf : store->names()) {
       if (hf.rfind(prefix, 0) != 0) {
         if (hf != "lm_head.weight") log("skipping " + hf + " (not part of the text decoder)");

@@ -60,6 +60,7 @@ void Model::embed(const int32_t* tokens, int n, ForwardScratch& s) const {
 void Model::forward(const int32_t* tokens, int T, KVCache& kv, ForwardScratch& s, LogitsMode mode,
                     std::vector<float>& logits, const std::vector<EmbedSpan>* media) const {
   if (T <= 0) throw Error("forward: no tokens");
+  if (cfg_.bidirectional) throw Error("this is a bidirectional (embedding) model: it has no causal forward pass");
   if (kv.n_layers() != cfg_.n_layers)
     throw Error("KV cache has " + std::to_string(kv.n_layers()) + " layers, the model " + std::to_string(cfg_.n_layers));
   const int n_past = kv.n_past();
@@ -176,6 +177,39 @@ void Model::forward(const int32_t* tokens, int T, KVCache& kv, ForwardScratch& s
   logits.resize(static_cast<size_t>(rows) * V);
   ops::matmul(s.h.data(), rows, w_.embed, logits.data());
   if (cfg_.final_softcap > 0.0f) ops::softcap(logits.data(), static_cast<int64_t>(rows) * V, cfg_.final_softcap);
+}
+
+void Model::encode(const int32_t* tokens, int T, ForwardScratch& s, std::vector<float>& hidden) const {
+  if (!cfg_.bidirectional) throw Error("encode: the model is not bidirectional (use_bidirectional_attention)");
+  if (T <= 0) throw Error("encode: no tokens");
+  const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
+  for (int t = 0; t < T; ++t)
+    if (tokens[t] < 0 || tokens[t] >= V)
+      throw Error("token id " + std::to_string(tokens[t]) + " outside the vocabulary (size " + std::to_string(V) + ")");
+  // One page holds all T positions: nothing is recycled, and every layer writes all its keys
+  // before any query reads them (attention() writes K/V, then attends).
+  KVCacheOptions opt;
+  opt.type = KVType::F32;
+  opt.page_tokens = T;
+  opt.max_tokens = T;
+  KVCache kv(cfg_, opt);
+  std::vector<int32_t> pos(T), key_end(T, T - 1);
+  for (int t = 0; t < T; ++t) pos[t] = t;
+  embed(tokens, T, s);
+  kv.begin_append(0, T);
+  const blocks::Step st{cfg_, T, pos.data(), s, key_end.data()};
+  const float eps = cfg_.rms_norm_eps, off = cfg_.norm_offset;
+  float* x = s.x.data();
+  for (int li = 0; li < cfg_.n_layers; ++li) {
+    const LayerWeights& lw = w_.layers[li];
+    ops::rmsnorm(x, T, H, lw.input_norm.data, lw.input_norm.dtype, off, eps, s.h.data());
+    blocks::attention(st, li, lw, inv_freq_[li].data(), kv, s.h.data(), s.proj.data());
+    ops::rmsnorm(s.proj.data(), T, H, lw.post_attn_norm.data, lw.post_attn_norm.dtype, off, eps, s.proj.data());
+    ops::add_inplace(x, s.proj.data(), T * H);
+    blocks::feed_forward(st, cfg_.layers[li], lw, x);
+  }
+  hidden.resize(static_cast<size_t>(T) * H);
+  ops::rmsnorm(x, T, H, w_.final_norm.data, w_.final_norm.dtype, off, eps, hidden.data());
 }
 
 }  // namespace eg

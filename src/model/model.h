@@ -76,6 +76,14 @@ class Model {
   void forward(const int32_t* tokens, int T, KVCache& kv, ForwardScratch& s, LogitsMode mode,
                std::vector<float>& logits, const std::vector<EmbedSpan>* media = nullptr) const;
 
+  /// The encoder pass of a bidirectional model (cfg.bidirectional: EmbeddingGemma's
+  /// Gemma3TextModel): T tokens at positions 0 .. T-1 in one pass, each layer attending over all
+  /// T (full layers) or the symmetric window |q - k| <= W/2 (sliding layers), no causal mask;
+  /// writes the final-normed last hidden state [T, H] f32 into `hidden` (resized). Uses a
+  /// transient F32 KV cache of T positions (no state survives the call). f32 throughout.
+  /// Throws eg::Error if the model is not bidirectional, T <= 0 or an id is outside the vocab.
+  void encode(const int32_t* tokens, int T, ForwardScratch& s, std::vector<float>& hidden) const;
+
   /// One decode step for B independent sequences (src/model/forward_batch.cpp): sequence b
   /// appends token tokens[b] at position kvs[b]->n_past() to its own cache kvs[b] and advances it
   /// by one. Every matmul runs once with B rows (the weights are read once per step for all B

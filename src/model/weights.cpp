@@ -55,11 +55,13 @@ ops::Weight LayerWeights::expert_down(int e, int64_t Im, int64_t H) const {
 }
 
 std::string find_decoder_prefix(const TensorStore& st) {
-  static const char* kPrefixes[] = {"model.", "language_model.model.", "model.language_model."};
+  // "": Gemma3TextModel saved on its own (EmbeddingGemma: embed_tokens.weight, layers.N....).
+  static const char* kPrefixes[] = {"model.", "language_model.model.", "model.language_model.", ""};
   for (const char* p : kPrefixes)
     if (st.find(std::string(p) + "embed_tokens.weight")) return p;
   throw Error("checkpoint has no embedding tensor (looked for model.embed_tokens.weight, "
-              "language_model.model.embed_tokens.weight, model.language_model.embed_tokens.weight)");
+              "language_model.model.embed_tokens.weight, model.language_model.embed_tokens.weight, "
+              "embed_tokens.weight)");
 }
 
 void resolve_config_from_tensors(ModelConfig& cfg, const TensorStore& st) {

@@ -8,6 +8,7 @@
 #include "backend/cpu/activations.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/thread_pool.h"
+#include "core/error.h"
 
 namespace eg::ops {
 
@@ -88,6 +89,7 @@ void gelu_tanh_mul(const float* gate, const float* up, int64_t n, float* out) {
 
 void attention(const float* q, int64_t T, const int32_t* pos, const float* k, const float* v,
                const AttentionParams& p, float* out) {
+  if (p.symmetric) throw Error("ops::attention: symmetric (bidirectional) windows need kv::paged_attention");
   const int64_t H = p.n_heads, KVH = p.n_kv_heads, D = p.head_dim;
   const int64_t group = H / KVH;
   const int64_t max_keys = pos[T - 1] + 1;

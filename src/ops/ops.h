@@ -94,6 +94,10 @@ struct AttentionParams {
   float scale = 1.0f;
   float softcap = 0.0f;  // 0 = none
   int64_t window = 0;    // 0 = full causal
+  /// Bidirectional (encoder) layers, kv::paged_attention only: a query at pos sees keys
+  /// max(0, pos - window/2) .. min(key_end, pos + window/2) (window 0: 0 .. key_end), with key_end
+  /// the row's last key (paged_attention's key_end, required then). ops::attention refuses it.
+  bool symmetric = false;
 };
 void attention(const float* q, int64_t T, const int32_t* pos, const float* k, const float* v,
                const AttentionParams& p, float* out);

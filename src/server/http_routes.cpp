@@ -13,6 +13,7 @@
 #include "server/connection_pool.h"
 #include "server/constraints.h"
 #include "server/draft_prefill.h"
+#include "server/embeddings.h"
 #include "server/media_cache.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
@@ -85,19 +86,21 @@ struct Server::Impl {
   std::shared_ptr<const LoadedModel> lm;
   ServerOptions opt;
   Metrics metrics;
-  PromptEncoder encoder;
+  std::unique_ptr<PromptEncoder> encoder_;  // null without a chat model
+  std::unique_ptr<Scheduler> scheduler;       // null without a chat model
   mutable MediaCache media_cache;
-  std::unique_ptr<Scheduler> scheduler;
   HttpServer http;
   std::mutex stop_mu;
   std::atomic<int> open_responses{0};  // generation responses still being written
 
   Impl(std::shared_ptr<const LoadedModel> m, ServerOptions o)
-      : lm(std::move(m)),
-        opt(std::move(o)),
-        encoder(lm->tokenizer(), opt.chat_template.empty() ? lm->chat_template() : opt.chat_template, std::nullopt),
-        media_cache(opt.media_cache_bytes) {
-    scheduler = std::make_unique<Scheduler>(lm, opt.scheduler, metrics);
+      : lm(std::move(m)), opt(std::move(o)), media_cache(opt.media_cache_bytes) {
+    if (!lm && !opt.embedder) throw Error("server: no model");
+    if (lm) {
+      encoder_ = std::make_unique<PromptEncoder>(lm->tokenizer(), opt.chat_template.empty() ? lm->chat_template() : opt.chat_template,
+                                                 std::nullopt);
+      scheduler = std::make_unique<Scheduler>(lm, opt.scheduler, metrics);
+    }
     const int threads = opt.http_threads > 0 ? opt.http_threads : std::max(512, opt.scheduler.slots + opt.scheduler.queue + 16);
     http.new_task_queue = [threads] { return new ConnectionPool(static_cast<size_t>(threads), std::chrono::seconds(30)); };
     http.set_payload_max_length(opt.max_body_bytes);
@@ -106,8 +109,17 @@ struct Server::Impl {
     routes();
   }
 
-  RequestContext request_context() const {
-    return RequestContext{*lm, encoder, opt.model_id, opt.scheduler.context_tokens, encoder.template_uses_tools(),
+  // The chat model's routes without one: a clear 400 naming the fix.
+  void need_chat_model(const char* route) const {
+    if (!lm)
+      throw ApiError(400, std::string(route) + " needs a chat model, and this server has only the embedding model '" +
+                              opt.embedding_model_id + "' (serve -m CHAT_MODEL --embedding-model EMBEDDING_MODEL serves both)",
+                     "model", "model_not_supported");
+  }
+
+  RequestContext request_context(const char* route) const {
+    need_chat_model(route);
+    return RequestContext{*lm, *encoder_, opt.model_id, opt.scheduler.context_tokens, encoder_->template_uses_tools(),
                           &media_cache};
   }
 
@@ -149,13 +161,18 @@ struct Server::Impl {
                res.set_content(metrics.render() + media_cache_metrics(media_cache.stats()), "text/plain; version=0.0.4");
              }));
     http.Get("/v1/models", wrap("models", true, [this](const httplib::Request&, httplib::Response& res) {
-               send_json(res, 200, json{{"object", "list"}, {"data", json::array({model_json()})}});
+               json data = json::array();
+               if (lm) data.push_back(model_json());
+               if (opt.embedder) data.push_back(embedding_model_json());
+               send_json(res, 200, json{{"object", "list"}, {"data", data}});
              }));
     http.Get(R"(/v1/models/(.+))", wrap("models", true, [this](const httplib::Request& req, httplib::Response& res) {
-               if (req.matches[1] != opt.model_id) throw ApiError(404, "model not found: " + std::string(req.matches[1]), "model", "model_not_found");
-               send_json(res, 200, model_json());
+               if (lm && req.matches[1] == opt.model_id) return send_json(res, 200, model_json());
+               if (opt.embedder && req.matches[1] == opt.embedding_model_id) return send_json(res, 200, embedding_model_json());
+               throw ApiError(404, "model not found: " + std::string(req.matches[1]), "model", "model_not_found");
              }));
     http.Post("/tokenize", wrap("tokenize", true, [this](const httplib::Request& req, httplib::Response& res) {
+                need_chat_model("/tokenize");
                 const auto b = parse_body(req.body);
                 auto it = b.find("content");
                 if (it == b.end() || !it->is_string()) throw ApiError(400, "'content' must be a string", "content");
@@ -178,6 +195,7 @@ struct Server::Impl {
                 send_json(res, 200, out);
               }));
     http.Post("/detokenize", wrap("detokenize", true, [this](const httplib::Request& req, httplib::Response& res) {
+                need_chat_model("/detokenize");
                 const auto b = parse_body(req.body);
                 auto it = b.find("tokens");
                 if (it == b.end() || !it->is_array()) throw ApiError(400, "'tokens' must be an array of ids", "tokens");
@@ -190,13 +208,13 @@ struct Server::Impl {
                 send_json(res, 200, json{{"content", lm->tokenizer().decode(ids)}});
               }));
     http.Post("/v1/chat/completions", wrap("chat_completions", true, [this](const httplib::Request& req, httplib::Response& res) {
-                generate(parse_chat_request(parse_body(req.body), request_context()), res);
+                generate(parse_chat_request(parse_body(req.body), request_context("/v1/chat/completions")), res);
               }));
     // Extension: prefill while typing (docs/server.md). The body is a chat completion's; the
     // answer comes at once, the prefill runs when the scheduler is otherwise idle.
     http.Post("/v1/prefill", wrap("prefill", true, [this](const httplib::Request& req, httplib::Response& res) {
                 const json body = parse_body(req.body);
-                const DraftPlan plan = plan_draft(body, request_context(), kDraftHoldbackTokens);
+                const DraftPlan plan = plan_draft(body, request_context("/v1/prefill"), kDraftHoldbackTokens);
                 std::string client = req.remote_addr;
                 if (const auto it = body.find("user"); it != body.end() && it->is_string())
                   client += " " + it->get<std::string>();
@@ -206,8 +224,23 @@ struct Server::Impl {
                                          {"prompt_tokens", plan.prompt_tokens}, {"prefill_tokens", queued ? n : 0},
                                          {"media", plan.images}});
               }));
+    http.Post("/v1/embeddings", wrap("embeddings", true, [this](const httplib::Request& req, httplib::Response& res) {
+                if (!opt.embedder)
+                  throw ApiError(400, "this server has no embedding model (serve -m CHAT_MODEL --embedding-model EMBEDDING_MODEL)",
+                                 "model", "model_not_supported");
+                const EmbeddingRequest r = parse_embedding_request(parse_body(req.body), *opt.embedder);
+                std::vector<embed::Embedding> out;
+                try {
+                  out = opt.embedder->embed(r.inputs, r.options);
+                } catch (const ApiError&) {
+                  throw;
+                } catch (const Error& e) {  // over-long input, invalid UTF-8: the client's to fix
+                  throw ApiError(400, e.what(), "input");
+                }
+                send_json(res, 200, embedding_response(out, r.base64, opt.embedding_model_id));
+              }));
     http.Post("/v1/completions", wrap("completions", true, [this](const httplib::Request& req, httplib::Response& res) {
-                generate(parse_completion_request(parse_body(req.body), request_context()), res);
+                generate(parse_completion_request(parse_body(req.body), request_context("/v1/completions")), res);
               }));
     // Errors raised by httplib itself (404, 413, ...) get an OpenAI error body too.
     http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
@@ -224,6 +257,13 @@ struct Server::Impl {
                 {"created", 0},
                 {"owned_by", "edgegemma"},
                 {"context_length", opt.scheduler.context_tokens}};
+  }
+
+  json embedding_model_json() const {
+    return json{{"id", opt.embedding_model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "edgegemma"},
+                {"type", "embedding"}, {"dimensions", opt.embedder->full_dim()},
+                {"supported_dimensions", opt.embedder->supported_dims()}, {"tasks", opt.embedder->task_names()},
+                {"max_input_tokens", opt.embedder->max_tokens()}};
   }
 
   void generate(GenRequest rq, httplib::Response& res) {
@@ -363,7 +403,7 @@ void Server::stop() {
   // The scheduler first: every running request ends (finish_reason "length") and its handler
   // writes the final chunk / body and [DONE]; then the listener and idle connections close.
   std::lock_guard<std::mutex> lk(impl_->stop_mu);
-  impl_->scheduler->stop();
+  if (impl_->scheduler) impl_->scheduler->stop();
   // httplib aborts responses still being written once it stops: let the handlers send their last
   // chunk / body first (bounded wait: a client that does not read cannot hold the shutdown).
   for (int i = 0; i < 500 && impl_->open_responses.load() > 0; ++i)

@@ -1,6 +1,7 @@
 // `edgegemma serve`: an OpenAI-compatible HTTP server on cpp-httplib.
 //
-// Routes: POST /v1/chat/completions, POST /v1/completions (both with SSE streaming), GET
+// Routes: POST /v1/chat/completions, POST /v1/completions (both with SSE streaming), POST
+// /v1/embeddings (with an embedding model: server/embeddings.h), GET
 // /v1/models, GET /v1/models/{id}, GET /health, GET /metrics (Prometheus), POST /tokenize,
 // POST /detokenize, GET / (the web chat page). Request handling: http_routes.cpp; generation:
 // scheduler.h; request/response JSON: openai_request.h / openai_response.h.
@@ -17,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "embed/embedder.h"
 #include "server/scheduler.h"
 
 namespace httplib {
@@ -39,11 +41,16 @@ struct ServerOptions {
   // Bytes of encoded images / audio clips kept between requests (server/media_cache.h); 0: off.
   size_t media_cache_bytes = size_t{64} << 20;
   SchedulerOptions scheduler;
+  // The embedding model behind POST /v1/embeddings (null: that route answers 400), and its id.
+  std::shared_ptr<embed::Embedder> embedder;
+  std::string embedding_model_id;
 };
 
 class Server {
  public:
   /// Builds the scheduler and the routes (does not listen yet). Throws eg::Error for bad options.
+  /// `model` may be null when opt.embedder is set: an embeddings-only server, whose chat,
+  /// completion, prefill and tokenizer routes answer 400 (no chat model).
   Server(std::shared_ptr<const LoadedModel> model, ServerOptions opt);
   ~Server();
   /// Binds host:port; throws eg::Error when it cannot. Returns the bound port.

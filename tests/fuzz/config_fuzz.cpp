@@ -7,13 +7,16 @@
 // Checks on an accepted config, the properties the forward pass relies on: one LayerConfig per
 // layer; positive sizes; n_heads a multiple of every layer's n_kv_heads; RoPE pairs within the
 // head; a KV source is an earlier layer that owns its cache; parameter_count() and n_kv_layers()
-// run (UBSan reports a signed overflow).
+// run (UBSan reports a signed overflow). The same text also goes to the sentence-transformers
+// parsers of embedding folders (embed/st_config.h: config_sentence_transformers.json prompts,
+// modules.json): accepted prompts are sorted with a known default; modules have paths inside.
 // Seeds (EG_FUZZ_WRITE_SEEDS): the config.json and generation_config.json of every fixture model
 // (shared/models/*, tests/fixtures/*).
 #include <filesystem>
 
 #include "core/error.h"
 #include "fuzz_util.h"
+#include "embed/st_config.h"
 #include "model/config.h"
 
 namespace {
@@ -32,6 +35,10 @@ void write_seeds(const std::string& dir) {
       if (!fs::exists(cfg)) continue;
       std::string seed = egfuzz::read_text(cfg.string());
       egfuzz::write_seed(dir, e.path().filename().string() + "-" + std::to_string(k++), seed);
+      for (const char* st : {"modules.json", "config_sentence_transformers.json"})
+        if (fs::exists(e.path() / st))
+          egfuzz::write_seed(dir, e.path().filename().string() + "-st-" + std::to_string(k++),
+                             egfuzz::read_text((e.path() / st).string()));
       const fs::path gen = e.path() / "generation_config.json";
       if (fs::exists(gen))
         egfuzz::write_seed(dir, e.path().filename().string() + "-gen-" + std::to_string(k++),
@@ -50,6 +57,20 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view in(reinterpret_cast<const char*>(data), size);
   const auto [cfg, gen] = egfuzz::split(in, std::string_view("\0", 1));
+  try {
+    eg::embed::StConfig st;
+    eg::embed::parse_st_prompts(std::string(cfg), "st", st);
+    for (size_t i = 1; i < st.prompts.size(); ++i) check(st.prompts[i - 1].name <= st.prompts[i].name, "prompts not sorted");
+    bool known = st.default_prompt_name.empty();
+    for (const auto& p : st.prompts) known |= p.name == st.default_prompt_name;
+    check(known, "default prompt not among the prompts");
+  } catch (const eg::Error&) {
+  }
+  try {
+    for (const auto& [type, path] : eg::embed::parse_st_modules(std::string(cfg), "modules"))
+      check(path.find("..") == std::string::npos && (path.empty() || path[0] != '/'), "module path leaves the folder");
+  } catch (const eg::Error&) {
+  }
   eg::ModelConfig c;
   try {
     c = eg::parse_hf_config(std::string(cfg), std::string(gen), "config.json");
