@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "server/rag.h"
 #include "server/scheduler.h"
 
 namespace httplib {
@@ -37,6 +38,8 @@ struct ServerOptions {
   // connection_pool.h); more wait for a thread. 0: max(512, slots + queue + 16).
   int http_threads = 0;
   SchedulerOptions scheduler;
+  /// RAG (--kb), the FAQ fallback (--faq) and --first-token-timeout (server/rag.h).
+  KbServeOptions kb;
 };
 
 class Server {
