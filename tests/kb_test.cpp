@@ -90,7 +90,7 @@ TEST(KbText, HtmlToText) {
                          "<body><p>Hello&nbsp;<b>wor</b>ld &amp; caf&#233; &#x4E2D;</p>"
                          "<script>var x = '<p>no</p>';</script><!-- hidden --><ul><li>one</li><li>two</li></ul>"
                          "a &lt; b &unknown; 3 < 4</body></html>"),
-            "T\nHello world & caf\xc3\xa9 \xe4\xb8\xad\n\none\ntwo\n\na < b &unknown; 3 < 4");
+            "T\n\nHello world & caf\xc3\xa9 \xe4\xb8\xad\n\none\ntwo\n\na < b &unknown; 3 < 4");
   EXPECT_EQ(html_to_text("<pre>a  b\nc</pre>"), "a  b\nc");
   EXPECT_EQ(html_to_text("<a href=\"x>y\">link</a>"), "link");  // '>' inside a quoted attribute
   EXPECT_EQ(html_to_text("&#0;&#xD800;&#1114112;"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");

@@ -18,6 +18,7 @@ struct Pair {
 };
 
 void insert_pairs(KnowledgeBase& kb, const std::vector<Pair>& pairs) {
+  kb.record_model();
   const bool has_model = !kb.info().model_digest.empty();
   std::lock_guard<std::mutex> lk(kb.mutex());
   if (has_model && !kb.embedder()) throw Error(kb.db().path() + ": its FAQ has vectors: adding pairs needs its model (-m)");

@@ -217,6 +217,19 @@ int KnowledgeBase::remove(const std::string& path) {
   return n;
 }
 
+void KnowledgeBase::record_model() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!embedder_ || !meta("embed_digest").empty()) return;
+  if (db_->query_int("SELECT (SELECT count(*) FROM chunks) + (SELECT count(*) FROM faq)") > 0)
+    throw Error(db_->path() + ": a BM25-only base (no vectors): run `edgegemma kb reembed " + db_->path() +
+                " -m MODEL` before adding with a model");
+  Transaction t(*db_);
+  set_meta("embed_model", embedder_path_);
+  set_meta("embed_digest", embedder_->model_digest());
+  set_meta("embed_dim", std::to_string(embedder_->full_dim()));
+  t.commit();
+}
+
 size_t KnowledgeBase::reembed(int batch) {
   std::lock_guard<std::mutex> lk(mu_);
   if (!embedder_) throw Error("kb reembed needs an embedding model (-m MODEL)");

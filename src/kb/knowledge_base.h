@@ -97,6 +97,10 @@ class KnowledgeBase {
   AddResult add_file(const std::string& path, const AddOptions& o = {});
   /// Removes a file, or every file under a folder; returns how many. Paths as add_file takes them.
   int remove(const std::string& path);
+  /// Records the current embedder's model in a base that has none and no content yet (the FAQ
+  /// does this before its first pair); a base with content but no vectors is an eg::Error
+  /// (reembed). No-op without an embedder or when a model is recorded.
+  void record_model();
   /// Embeds every chunk with the current embedder and records its model (one transaction).
   size_t reembed(int batch = 16);
   KbInfo info();
