@@ -144,6 +144,20 @@ TEST(KbChunker, OffsetsCoverTheTextOnCharacterBoundariesWithOverlap) {
   EXPECT_FALSE(error_of([] { chunk_text("x", ChunkOptions{100, 60}); }).empty());
 }
 
+// Found by html_text_fuzz: in bytes that are not UTF-8, a long run of continuation bytes made the
+// next chunk start past the end of the previous one (bytes skipped). Chunks must not leave gaps.
+TEST(KbChunker, NoGapsInTextThatIsNotUtf8) {
+  const std::string text = "&unknow" + std::string(300, '\x83') + "n; tail of the text";
+  const auto chunks = chunk_text(text, ChunkOptions{64, 16});
+  ASSERT_FALSE(chunks.empty());
+  EXPECT_EQ(chunks.front().offset, 0u);
+  EXPECT_EQ(chunks.back().offset + chunks.back().length, text.size());
+  for (size_t i = 1; i < chunks.size(); ++i) {
+    ASSERT_GT(chunks[i].offset, chunks[i - 1].offset);
+    ASSERT_LE(chunks[i].offset, chunks[i - 1].offset + chunks[i - 1].length) << "gap before chunk " << i;
+  }
+}
+
 // ---- the vector scan against a float64 reference (random, non-zero, various dims) ----
 TEST(KbVectorScan, MatchesFloat64Reference) {
   std::mt19937 rng(11);

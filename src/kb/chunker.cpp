@@ -10,9 +10,10 @@ namespace {
 
 bool is_cont(unsigned char c) { return (c & 0xC0) == 0x80; }
 
-// Moves `i` back to the start of the UTF-8 character it is in.
+// Moves `i` back to the start of the UTF-8 character it is in (at most 3 bytes: in text that is
+// not UTF-8, a run of continuation bytes is cut anywhere).
 size_t char_floor(std::string_view t, size_t i) {
-  while (i > 0 && i < t.size() && is_cont(static_cast<unsigned char>(t[i]))) --i;
+  for (int k = 0; k < 3 && i > 0 && i < t.size() && is_cont(static_cast<unsigned char>(t[i])); ++k) --i;
   return i;
 }
 
@@ -61,7 +62,7 @@ std::vector<Chunk> chunk_text(std::string_view t, const ChunkOptions& o) {
       else next = char_floor(t, next);
       if (next <= start) next = end;
     }
-    while (next < n && is_cont(static_cast<unsigned char>(t[next]))) ++next;
+    for (int k = 0; k < 3 && next < end && is_cont(static_cast<unsigned char>(t[next])); ++k) ++next;
     start = next;
   }
   return out;

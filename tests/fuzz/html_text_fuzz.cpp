@@ -21,7 +21,22 @@ void check(bool ok, const std::string& what) {
   if (!ok) egfuzz::fail("html_text_fuzz", what);
 }
 
+void write_seeds(const std::string& dir) {
+  egfuzz::write_seed(dir, "page.html",
+                     "<!DOCTYPE html><html><head><title>T</title><style>p{}</style></head><body><h1>Head</h1>"
+                     "<p>Caf&eacute; &amp; caf&#233; &#x4E2D;&nbsp;text<br>line</p><script>x='<p>'</script>"
+                     "<!-- c --><ul><li>a</li><li>b</li></ul><pre>  keep\n  this</pre><a href=\"x>y\">l</a>"
+                     "<table><tr><td>1</td><td>2</td></tr></table></body></html>");
+  egfuzz::write_seed(dir, "text.md", "# Title\n\nA paragraph. Another sentence.\n\n\xe4\xb8\xad\xe6\x96\x87\xe3\x80\x82 more\n");
+  egfuzz::write_seed(dir, "entities.html", "&#0;&#xD800;&#1114112;&#65;&lt;&gt;&quot;&apos;&mdash;&unknown;&#;&#x;");
+}
+
 }  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  egfuzz::maybe_write_seeds(write_seeds);
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view in(reinterpret_cast<const char*>(data), size);
