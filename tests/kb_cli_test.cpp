@@ -116,4 +116,14 @@ TEST(KbCli, ChatWithKbCitesItsSources) {
   EXPECT_TRUE(has(r.err, "(no passages from the knowledge base)")) << r.err;
 }
 
+TEST(KbCli, ServeFlagErrors) {
+  const std::string dir = make_temp_dir();
+  auto r = run_cmd({cli_path(), "serve", "--port", "0", "--first-token-timeout", "3x"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(has(r.err, "--first-token-timeout: unknown unit 'x'")) << r.err;
+  r = run_cmd({cli_path(), "serve", "--port", "0", "-m", shared_dir() + "/models/tiny-gemma3", "--kb", dir + "/none.db"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(has(r.err, "none.db") && has(r.err, "no such database")) << r.err;
+}
+
 }  // namespace

@@ -69,6 +69,8 @@ std::string read_file(const std::string& path) {
 }
 
 int serve(const ServeArgs& a) {
+  const double first_token_timeout =
+      a.first_token_timeout.empty() ? 0 : parse_duration(a.first_token_timeout, "--first-token-timeout");
   apply_threads(a.threads);
   // SIGINT/SIGTERM are handled by a watcher thread (sigwait), so block them in every thread.
   sigset_t sigs;
@@ -107,6 +109,7 @@ int serve(const ServeArgs& a) {
                          "(use --chat-template or /v1/completions)\n");
 
   // Knowledge base (docs/knowledge-base.md): the bases (and their embedding models) live as long as the server.
+  o.kb.first_token_timeout_s = first_token_timeout;
   OpenedKb kb_base, faq_base;
   if (!a.kb.empty()) {
     kb_base = open_kb(a.kb, a.kb_model, false);
@@ -130,7 +133,6 @@ int serve(const ServeArgs& a) {
     std::fprintf(stderr, "edgegemma serve: FAQ fallback from %s: %lld pairs\n", a.faq.c_str(),
                  static_cast<long long>(o.kb.faq->info().faq));
   }
-  if (!a.first_token_timeout.empty()) o.kb.first_token_timeout_s = parse_duration(a.first_token_timeout, "--first-token-timeout");
 
   server::Server srv(lm, o);
   const int port = srv.bind();
