@@ -17,6 +17,8 @@
 #include "backend/cpu/thread_pool.h"
 #include "cli/commands.h"
 #include "cli/gen_flags.h"
+#include "cli/kb_open.h"
+#include "kb/rag_prompt.h"
 #include "cli/line_reader.h"
 #include "core/error.h"
 #include "engine/loaded_model.h"
@@ -39,6 +41,8 @@ struct ChatArgs {
   int threads = 0;
   bool ignore_eos = false;
   bool plain = false;
+  std::string kb, kb_model;  // --kb: retrieval-augmented answers (docs/knowledge-base.md)
+  int kb_passages = 4, kb_budget = 1024;
   std::shared_ptr<GenFlags> gen = std::make_shared<GenFlags>();
 };
 
@@ -88,8 +92,8 @@ std::string stats_text(const SessionStats& st) {
 
 class Repl {
  public:
-  Repl(const ChatArgs& a, Session& s, std::string system)
-      : a_(a), s_(s), system_(std::move(system)) {}
+  Repl(const ChatArgs& a, Session& s, std::string system, kb::KnowledgeBase* base, const Tokenizer* tok)
+      : a_(a), s_(s), system_(std::move(system)), kb_(base), tok_(tok) {}
 
   // Handles one /command; returns false for /quit.
   bool command(const std::string& line) {
@@ -160,14 +164,29 @@ class Repl {
     return true;
   }
 
+  // --kb: the message sent is the question with the top passages (kb/rag_prompt.h).
+  std::string with_passages(const std::string& text, std::vector<kb::SearchHit>& used) {
+    kb::SearchOptions so;
+    so.k = a_.kb_passages;
+    const auto hits = kb_->search(text, so);
+    const int budget = std::max(64, std::min(a_.kb_budget, s_.context_size() / 2));
+    kb::RagPrompt rp = kb::build_rag_prompt(text, hits, budget, [this](const std::string& s) {
+      return static_cast<int>(tok_->encode(s, false, false).size());
+    });
+    used = std::move(rp.used);
+    return rp.message;
+  }
+
   void answer(const std::string& text) {
+    std::vector<kb::SearchHit> used;
+    const std::string message = kb_ ? with_passages(text, used) : text;
     GenerateParams gp;
     gp.max_new_tokens = a_.n_predict;
     gp.stop_strings = a_.gen->stops;
     std::atomic<bool>& cancel = sigint_flag();
     cancel.store(false);
     gp.cancel = &cancel;
-    const TurnResult r = s_.chat(text, gp, [](std::string_view piece) {
+    const TurnResult r = s_.chat(message, gp, [](std::string_view piece) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
       return true;
@@ -179,6 +198,12 @@ class Repl {
     if (r.finish == FinishReason::ContextFull) tail = " (the context is full)";
     if (r.stats.dropped_messages > 0)
       tail += " (" + std::to_string(r.stats.dropped_messages) + " oldest messages dropped to fit the context)";
+    if (kb_) {
+      std::string src = used.empty() ? "(no passages from the knowledge base)" : "sources:";
+      for (size_t i = 0; i < used.size(); ++i)
+        src += " [" + std::to_string(i + 1) + "] " + used[i].source + " (offset " + std::to_string(used[i].offset) + ")";
+      note(src);
+    }
     note(usage(s_) + tail);
   }
 
@@ -186,6 +211,8 @@ class Repl {
   const ChatArgs& a_;
   Session& s_;
   std::string system_;
+  kb::KnowledgeBase* kb_;
+  const Tokenizer* tok_;
 };
 
 int chat(const ChatArgs& a) {
@@ -231,7 +258,9 @@ int chat(const ChatArgs& a) {
       }
     });
   }
-  Repl repl(a, session, a.system);
+  OpenedKb base;
+  if (!a.kb.empty()) base = open_kb(a.kb, a.kb_model, false);
+  Repl repl(a, session, a.system, base.kb.get(), &lm->tokenizer());
   std::string line;
   for (;;) {
     const std::string prompt = in->interactive() ? usage(session) + " > " : "";
@@ -267,6 +296,11 @@ Action register_chat(CLI::App& app) {
       ->check(CLI::Range(0, 1024, "a thread count"));
   app.add_flag("--ignore-eos", a->ignore_eos, "keep generating through <eos>/<end_of_turn> (until -n or Ctrl-C)");
   app.add_flag("--plain", a->plain, "read plain lines even on a terminal (no libedit, no prefill while typing)");
+  app.add_option("--kb", a->kb, "knowledge base (edgegemma kb add): each message gets its top passages, cited as [n]");
+  app.add_option("--kb-model", a->kb_model, "embedding model for --kb (default: the one recorded in the base)");
+  app.add_option("--kb-passages", a->kb_passages, "passages retrieved per message (default 4)")->check(CLI::Range(1, 64));
+  app.add_option("--kb-budget", a->kb_budget, "tokens of the passages and question at most (default 1024)")
+      ->check(CLI::Range(64, 1 << 20));
   add_gen_flags(app, a->gen);
   return [a] { return chat(*a); };
 }

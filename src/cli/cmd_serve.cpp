@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/gen_flags.h"
+#include "cli/kb_open.h"
 #include "core/error.h"
 #include "embed/open.h"
 #include "engine/loaded_model.h"
@@ -39,6 +40,10 @@ struct ServeArgs {
   std::string kv_type = "f16";
   std::string device = "auto";
   std::string embedding_model;
+  std::string kb, faq, kb_model, first_token_timeout;
+  int kb_passages = 4;
+  int kb_budget = 1024;
+  double faq_threshold = 0.75, faq_lexical_threshold = 0.6;
 };
 
 // The id a model path is served under: the folder name, or the .gguf file's stem.
@@ -46,6 +51,25 @@ std::string id_of(const std::string& path) {
   std::filesystem::path p(path);
   while (!p.empty() && !p.has_filename()) p = p.parent_path();
   return p.extension() == ".gguf" ? p.stem().string() : p.filename().string();
+}
+
+
+// "3s", "250ms", "2m" or plain seconds ("1.5") -> seconds; 0 and negative are errors.
+double parse_duration(const std::string& s, const char* flag) {
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    throw Error(std::string(flag) + ": '" + s + "' is not a duration (e.g. 3s, 500ms)");
+  }
+  const std::string unit = s.substr(used);
+  double mul = 1;
+  if (unit == "ms") mul = 1e-3;
+  else if (unit == "m" || unit == "min") mul = 60;
+  else if (unit != "" && unit != "s") throw Error(std::string(flag) + ": unknown unit '" + unit + "' (ms, s, m)");
+  if (!(v > 0)) throw Error(std::string(flag) + ": must be > 0");
+  return v * mul;
 }
 
 std::string read_file(const std::string& path) {
@@ -93,6 +117,8 @@ int serve_embeddings_only(const ServeArgs& a, server::ServerOptions& o) {
 }
 
 int serve(const ServeArgs& a) {
+  const double first_token_timeout =
+      a.first_token_timeout.empty() ? 0 : parse_duration(a.first_token_timeout, "--first-token-timeout");
   apply_threads(a.threads);
   // SIGINT/SIGTERM are handled by a watcher thread (sigwait), so block them in every thread.
   sigset_t sigs;
@@ -143,6 +169,32 @@ int serve(const ServeArgs& a) {
     std::fprintf(stderr, "edgegemma serve: note: the model has no chat template; /v1/chat/completions will fail "
                          "(use --chat-template or /v1/completions)\n");
 
+  // Knowledge base (docs/knowledge-base.md): the bases (and their embedding models) live as long as the server.
+  o.kb.first_token_timeout_s = first_token_timeout;
+  OpenedKb kb_base, faq_base;
+  if (!a.kb.empty()) {
+    kb_base = open_kb(a.kb, a.kb_model, false);
+    o.kb.kb = std::shared_ptr<kb::KnowledgeBase>(std::move(kb_base.kb));
+    o.kb.passages = a.kb_passages;
+    o.kb.budget_tokens = a.kb_budget;
+    const kb::KbInfo i = o.kb.kb->info();
+    std::fprintf(stderr, "edgegemma serve: knowledge base %s: %lld files, %lld chunks, %s\n", a.kb.c_str(),
+                 static_cast<long long>(i.files), static_cast<long long>(i.chunks),
+                 i.model_path.empty() ? "BM25 only" : ("vectors by " + i.model_path).c_str());
+  }
+  if (!a.faq.empty()) {
+    if (o.kb.kb && std::filesystem::equivalent(a.faq, a.kb)) {
+      o.kb.faq = o.kb.kb;
+    } else {
+      faq_base = open_kb(a.faq, a.kb_model, false);
+      o.kb.faq = std::shared_ptr<kb::KnowledgeBase>(std::move(faq_base.kb));
+    }
+    o.kb.faq_options.vector_threshold = a.faq_threshold;
+    o.kb.faq_options.lexical_threshold = a.faq_lexical_threshold;
+    std::fprintf(stderr, "edgegemma serve: FAQ fallback from %s: %lld pairs\n", a.faq.c_str(),
+                 static_cast<long long>(o.kb.faq->info().faq));
+  }
+
   server::Server srv(lm, o);
   char what[512];
   std::snprintf(what, sizeof what, "model %s | %d slots x %d tokens of context | %s%s%s | web chat at http://%s:",
@@ -179,6 +231,18 @@ Action register_serve(CLI::App& app) {
   app.add_option("--embedding-model", a->embedding_model,
                  "also serve POST /v1/embeddings with this embedding model (sentence-transformers folder or "
                  "gemma-embedding .gguf); -m EMBEDDING_MODEL alone serves embeddings only");
+  app.add_option("--kb", a->kb, "knowledge base (edgegemma kb add): chat answers get its top passages with sources");
+  app.add_option("--kb-model", a->kb_model, "embedding model for --kb / --faq (default: the one recorded in the base)");
+  app.add_option("--kb-passages", a->kb_passages, "passages retrieved per chat request (default 4)")->check(CLI::Range(1, 64));
+  app.add_option("--kb-budget", a->kb_budget, "tokens of the RAG message at most (default 1024; at most half the context)")
+      ->check(CLI::Range(64, 1 << 20));
+  app.add_option("--faq", a->faq, "knowledge base with FAQ pairs (edgegemma kb faq-add): answers failed requests");
+  app.add_option("--faq-threshold", a->faq_threshold, "cosine similarity a FAQ question must reach (default 0.75)")
+      ->check(CLI::Range(-1.0, 1.0));
+  app.add_option("--faq-lexical-threshold", a->faq_lexical_threshold,
+                 "word overlap (Dice) a FAQ question must reach without vectors (default 0.6)")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--first-token-timeout", a->first_token_timeout,
+                 "a request with no first token by then fails (504), or gets the FAQ answer (e.g. 3s, 500ms)");
   return [a] { return serve(*a); };
 }
 

@@ -20,6 +20,7 @@ Action register_perplexity(CLI::App& app);
 Action register_bench(CLI::App& app);
 Action register_serve(CLI::App& app);
 Action register_embed(CLI::App& app);
+Action register_kb(CLI::App& app);
 
 /// Validator for counts: an integer in [0, 2^31).
 inline const CLI::Range kCount(0, 2147483647, "a count >= 0");

@@ -56,6 +56,8 @@ int main(int argc, char** argv) {
       eg::cli::register_embed);
   add("bench", "measure prefill and decode speed (tok/s), TTFT, load time and peak RSS, like llama-bench",
       eg::cli::register_bench);
+  add("kb", "local knowledge base: add files, hybrid search (BM25 + vectors), FAQ pairs (docs/knowledge-base.md)",
+      eg::cli::register_kb);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

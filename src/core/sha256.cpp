@@ -90,4 +90,10 @@ std::string sha256_file(const std::string& path) {
   return h.hex();
 }
 
+std::string sha256_hex(std::string_view s) {
+  Sha256 h;
+  h.update(s.data(), s.size());
+  return h.hex();
+}
+
 }  // namespace eg

@@ -1,9 +1,10 @@
-// SHA-256 (FIPS 180-4), for content identities (embed/: the digest of an embedding model's
-// weight files). Not used for security decisions.
+// SHA-256 (FIPS 180-4), for content identities: the digest of an embedding model's weight files
+// (embed/), the knowledge base's file and chunk hashes (kb/). Not used for security decisions.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace eg {
 
@@ -21,6 +22,9 @@ class Sha256 {
   size_t buf_n_ = 0;
   uint64_t total_ = 0;
 };
+
+/// Lowercase hex SHA-256 of `s`.
+std::string sha256_hex(std::string_view s);
 
 /// sha256 hex of a whole file, read in chunks. Throws eg::Error naming the file on I/O failure.
 std::string sha256_file(const std::string& path);

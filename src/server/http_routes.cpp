@@ -17,6 +17,7 @@
 #include "server/media_cache.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
+#include "server/rag.h"
 #include "server/server.h"
 
 namespace eg::server {
@@ -208,7 +209,15 @@ struct Server::Impl {
                 send_json(res, 200, json{{"content", lm->tokenizer().decode(ids)}});
               }));
     http.Post("/v1/chat/completions", wrap("chat_completions", true, [this](const httplib::Request& req, httplib::Response& res) {
-                generate(parse_chat_request(parse_body(req.body), request_context("/v1/chat/completions")), res);
+                auto body = parse_body(req.body);
+                const RequestContext ctx = request_context("/v1/chat/completions");  // 400 without a chat model
+                std::string user = faq_allowed(body) ? last_user_text(body) : "";
+                nlohmann::json passages = apply_rag(body, opt.kb, lm->tokenizer(), opt.scheduler.context_tokens);
+                GenRequest rq = parse_chat_request(body, ctx);
+                rq.kb_passages = std::move(passages);
+                rq.user_text = std::move(user);
+                if (!rq.kb_passages.is_null()) metrics.count_kb_request();
+                generate(std::move(rq), res);
               }));
     // Extension: prefill while typing (docs/server.md). The body is a chat completion's; the
     // answer comes at once, the prefill runs when the scheduler is otherwise idle.
@@ -270,6 +279,9 @@ struct Server::Impl {
     build_constraints(rq, lm->tokenizer());
     const double timeout = rq.timeout_s > 0 ? std::min(rq.timeout_s, opt.timeout_s) : opt.timeout_s;
     auto job = std::make_shared<Job>(std::move(rq), timeout);
+    if (opt.kb.first_token_timeout_s > 0)
+      job->first_token_deadline = job->created + std::chrono::duration_cast<Clock::duration>(
+                                                     std::chrono::duration<double>(opt.kb.first_token_timeout_s));
     if (scheduler->stopping()) throw ApiError(503, "the server is shutting down");
     if (!scheduler->submit(job))
       throw ApiError(429, "the server is busy: every slot is in use and the queue is full; retry later", "",
@@ -286,14 +298,14 @@ struct Server::Impl {
       res.set_header("Cache-Control", "no-cache");
       res.set_chunked_content_provider(
           "text/event-stream",
-          [job, id, created, started = false, last = Clock::now()](size_t, httplib::DataSink& sink) mutable {
-            return stream_events(*job, id, created, started, last, sink);
+          [this, job, id, created, started = false, sent = false, last = Clock::now()](size_t, httplib::DataSink& sink) mutable {
+            return stream_events(*job, id, created, started, sent, last, sink);
           },
           release);
     } else {
       res.set_chunked_content_provider(
           "application/json",
-          [job, id, created, last = Clock::now()](size_t, httplib::DataSink& sink) mutable {
+          [this, job, id, created, last = Clock::now()](size_t, httplib::DataSink& sink) mutable {
             Job::Poll p;
             if (!next_output(*job, sink, p)) return false;
             if (!p.done) {
@@ -304,7 +316,7 @@ struct Server::Impl {
               last = now;
               return sink.write(" ", 1);
             }
-            const JobResult& r = job->result();
+            const JobResult r = with_fallback(*job);
             const json body = r.error_status ? error_json(r.error_status, r.error_message)
                                              : completion_json(job->req, id, created, r);
             const std::string s = body.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -329,8 +341,19 @@ struct Server::Impl {
     return false;
   }
 
-  static bool stream_events(Job& job, const std::string& id, int64_t created, bool& started, Clock::time_point& last,
-                            httplib::DataSink& sink) {
+  // The job's result, answered from the FAQ when it failed and the FAQ has a match (rag.h).
+  JobResult with_fallback(const Job& job) {
+    JobResult r = job.result();
+    if (r.error_status == 0 || !opt.kb.faq || job.req.user_text.empty()) return r;
+    if (faq_fallback(opt.kb, job.req.user_text, r))
+      metrics.count_faq_answer();
+    else
+      metrics.count_faq_miss();
+    return r;
+  }
+
+  bool stream_events(Job& job, const std::string& id, int64_t created, bool& started, bool& sent,
+                     Clock::time_point& last, httplib::DataSink& sink) {
     const GenRequest& rq = job.req;
     const bool chat = rq.kind == GenRequest::Kind::Chat;
     auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
@@ -346,13 +369,19 @@ struct Server::Impl {
       const json delta = chat ? json{{"content", p.text}} : json(p.text);
       if (!write(sse(chunk_json(rq, id, created, delta, nullptr)))) return false;
       last = now;
+      sent = true;
     }
     if (!p.done) {
       if (now - last < kKeepAlive) return true;
       last = now;
       return write(": keep-alive\n\n");  // an SSE comment
     }
-    const JobResult& r = job.result();
+    // The FAQ answers only a job that failed before any of its text reached the client.
+    const JobResult r = sent ? job.result() : with_fallback(job);
+    if (!r.faq.is_null()) {
+      const json delta = chat ? json{{"content", r.text}} : json(r.text);
+      if (!write(sse(chunk_json(rq, id, created, delta, nullptr)))) return false;
+    }
     if (r.error_status) {
       if (!write(sse(error_json(r.error_status, r.error_message)))) return false;
     } else {
@@ -364,6 +393,8 @@ struct Server::Impl {
       }
       json last = chunk_json(rq, id, created, chat ? delta : json(""), r.finish.c_str());
       last["timings"] = timings_json(r);
+      if (!rq.kb_passages.is_null()) last["kb_passages"] = rq.kb_passages;
+      if (!r.faq.is_null()) last["faq"] = r.faq;
       if (!write(sse(last))) return false;
       if (rq.include_usage) {
         json u = chunk_json(rq, id, created, json::object(), nullptr);

@@ -26,6 +26,9 @@ struct JobResult {
   double decode_ms = 0;       // first token -> last token
   int error_status = 0;       // != 0: the job failed (error_message)
   std::string error_message;
+  /// Extension (--faq): set when the answer came from the FAQ because generation failed
+  /// ({"question", "similarity", "method", "error"}); then finish is "faq".
+  nlohmann::json faq;
 };
 
 class Job {
@@ -36,6 +39,8 @@ class Job {
   const GenRequest req;
   const Clock::time_point created;
   const Clock::time_point deadline;
+  /// --first-token-timeout: a job with no token sampled by then fails (504); max() when none.
+  Clock::time_point first_token_deadline = Clock::time_point::max();
   /// Set by the consumer (client went away) or the server (shutdown); the scheduler stops the
   /// job within one step.
   std::atomic<bool> cancel{false};

@@ -68,6 +68,26 @@ void Metrics::count_cancelled() {
   ++cancelled_;
 }
 
+void Metrics::count_kb_request() {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++kb_requests_;
+}
+
+void Metrics::count_first_token_timeout() {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++first_token_timeouts_;
+}
+
+void Metrics::count_faq_answer() {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++faq_answers_;
+}
+
+void Metrics::count_faq_miss() {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++faq_misses_;
+}
+
 void Metrics::count_draft_request() {
   std::lock_guard<std::mutex> lk(mu_);
   ++draft_requests_;
@@ -123,6 +143,13 @@ std::string Metrics::render() const {
   counter("edgegemma_generated_tokens_total", "Generated tokens.", generated_tokens_);
   counter("edgegemma_requests_cancelled_total", "Requests stopped because the client went away or timed out.",
           cancelled_);
+  counter("edgegemma_kb_requests_total", "Chat requests answered with knowledge-base passages in the prompt (--kb).",
+          kb_requests_);
+  counter("edgegemma_first_token_timeouts_total", "Requests stopped with no first token by --first-token-timeout.",
+          first_token_timeouts_);
+  counter("edgegemma_faq_answers_total", "Failed requests answered from the FAQ instead (--faq).", faq_answers_);
+  counter("edgegemma_faq_misses_total", "Failed requests for which the FAQ had no answer (the error stood).",
+          faq_misses_);
   counter("edgegemma_draft_requests_total", "Draft prefills accepted (POST /v1/prefill).", draft_requests_);
   counter("edgegemma_draft_dropped_total",
           "Drafts dropped before completing (superseded by a newer draft of the same client, or too many pending).",

@@ -40,14 +40,17 @@ json completion_json(const GenRequest& req, const std::string& id, int64_t creat
   } else {
     choice["text"] = r.text;
   }
-  return json{{"id", id},
-              {"object", chat ? "chat.completion" : "text_completion"},
-              {"created", created},
-              {"model", req.model},
-              {"system_fingerprint", "edgegemma"},
-              {"choices", json::array({choice})},
-              {"usage", usage_json(r)},
-              {"timings", timings_json(r)}};
+  json out{{"id", id},
+            {"object", chat ? "chat.completion" : "text_completion"},
+            {"created", created},
+            {"model", req.model},
+            {"system_fingerprint", "edgegemma"},
+            {"choices", json::array({choice})},
+            {"usage", usage_json(r)},
+            {"timings", timings_json(r)}};
+  if (!req.kb_passages.is_null()) out["kb_passages"] = req.kb_passages;
+  if (!r.faq.is_null()) out["faq"] = r.faq;
+  return out;
 }
 
 json chunk_json(const GenRequest& req, const std::string& id, int64_t created, const json& delta_or_text,

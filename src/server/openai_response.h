@@ -15,7 +15,7 @@ std::string random_id(const std::string& prefix);
 inline std::string new_completion_id(bool chat) { return random_id(chat ? "chatcmpl-" : "cmpl-"); }
 nlohmann::json usage_json(const JobResult& r);
 nlohmann::json timings_json(const JobResult& r);
-/// The whole non-streamed response.
+/// The whole non-streamed response (with the "kb_passages" and "faq" extensions when set).
 nlohmann::json completion_json(const GenRequest& req, const std::string& id, int64_t created, const JobResult& r);
 /// One streamed chunk. Chat: delta {"role": "assistant", "content": ""} (first), {"content": text}, or
 /// the final one with finish_reason (and tool_calls when any). Completions: {"text": text}.

@@ -58,6 +58,11 @@ struct GenRequest {
   std::shared_ptr<const grammar::Grammar> tool_grammar;
   /// Parse the output for Gemma 4 tool calls (tools given and tool_choice != none).
   bool parse_tools = false;
+  /// Extension (--kb, docs/server.md): the knowledge-base passages put into the prompt, as the
+  /// response reports them ("kb_passages"); null when RAG was off for this request.
+  nlohmann::json kb_passages;
+  /// Chat: the text of the last user message (the FAQ fallback's query, --faq).
+  std::string user_text;
 };
 
 }  // namespace eg::server

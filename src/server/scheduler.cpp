@@ -280,7 +280,7 @@ void Scheduler::reap() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     for (auto it = queue_.begin(); it != queue_.end();) {
-      if ((*it)->cancel.load() || now > (*it)->deadline) {
+      if ((*it)->cancel.load() || now > (*it)->deadline || now > (*it)->first_token_deadline) {
         dropped.push_back(*it);
         it = queue_.erase(it);
         --outstanding_;
@@ -295,6 +295,10 @@ void Scheduler::reap() {
     if (j->cancel.load()) {
       r.finish = "cancelled";
       metrics_.count_cancelled();
+    } else if (now > j->first_token_deadline && now <= j->deadline) {
+      r.error_status = 504;
+      r.error_message = kFirstTokenTimeout;
+      metrics_.count_first_token_timeout();
     } else {
       r.error_status = 503;
       r.error_message = "timed out waiting for a free slot";
@@ -306,6 +310,10 @@ void Scheduler::reap() {
     if (s->job->cancel.load()) {
       metrics_.count_cancelled();
       finish(*s, "cancelled");
+    } else if (s->generated.empty() && now > s->job->first_token_deadline) {
+      std::fprintf(stderr, "edgegemma serve: a request had no first token within --first-token-timeout; stopping it\n");
+      metrics_.count_first_token_timeout();
+      fail_slot(*s, 504, kFirstTokenTimeout);
     } else if (now > s->job->deadline) {
       std::fprintf(stderr, "edgegemma serve: a request reached its timeout; stopping it\n");
       finish(*s, "length");
@@ -425,6 +433,23 @@ void Scheduler::finish(Slot& s, const char* reason) {
   s.last_used = ++tick_;
   if (prefix_ && s.kv.n_past() > 0 && s.media.empty()) prefix_->insert(s.cached, s.kv);
   publish_gauges();  // before the client hears back, so it sees its slot free
+  release_job();
+  job->finish(std::move(r));
+}
+
+void Scheduler::fail_slot(Slot& s, int status, const std::string& message) {
+  JobResult r;
+  r.error_status = status;
+  r.error_message = message;
+  r.prompt_tokens = static_cast<int>(s.job->req.prompt.size());
+  std::shared_ptr<Job> job = std::move(s.job);
+  s.matcher.reset();
+  s.phase = Slot::Phase::Idle;
+  s.last_used = ++tick_;
+  s.kv.clear();
+  s.cached.clear();
+  s.media_from = SIZE_MAX;
+  publish_gauges();
   release_job();
   job->finish(std::move(r));
 }

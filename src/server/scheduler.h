@@ -54,6 +54,9 @@ class PrefixCache;
 
 namespace eg::server {
 
+/// The error message of a job stopped by --first-token-timeout (status 504).
+inline constexpr const char* kFirstTokenTimeout = "no first token within the first-token timeout (--first-token-timeout)";
+
 struct SchedulerOptions {
   int slots = 4;              // concurrent generations (>= 1)
   int queue = 64;             // jobs waiting beyond the slots before submit() refuses (>= 0)
@@ -107,6 +110,8 @@ class Scheduler {
   int32_t pick(Slot& s, float* logits);
   void on_token(Slot& s, int32_t id);
   void finish(Slot& s, const char* reason);
+  /// Ends the slot's job with an error (status, message); the slot's KV is dropped.
+  void fail_slot(Slot& s, int status, const std::string& message);
   void publish_gauges();
   void release_job();  // a job ended: one less outstanding
 

@@ -19,6 +19,7 @@
 #include <string>
 
 #include "embed/embedder.h"
+#include "server/rag.h"
 #include "server/scheduler.h"
 
 namespace httplib {
@@ -44,6 +45,8 @@ struct ServerOptions {
   // The embedding model behind POST /v1/embeddings (null: that route answers 400), and its id.
   std::shared_ptr<embed::Embedder> embedder;
   std::string embedding_model_id;
+  /// RAG (--kb), the FAQ fallback (--faq) and --first-token-timeout (server/rag.h).
+  KbServeOptions kb;
 };
 
 class Server {
