@@ -448,7 +448,7 @@ void Scheduler::fail_slot(Slot& s, int status, const std::string& message) {
   s.last_used = ++tick_;
   s.kv.clear();
   s.cached.clear();
-  s.media_from = SIZE_MAX;
+  s.media.clear();
   publish_gauges();
   release_job();
   job->finish(std::move(r));
