@@ -200,7 +200,7 @@ int chat(const ChatArgs& a) {
   if (!g.max_memory.empty()) opt.memory_budget_bytes = parse_bytes(g.max_memory);
   for (const auto& s : g.stops)
     if (s.empty()) throw Error("--stop: empty stop string");
-  const std::string dir = a.model_dir.empty() ? default_model_dir() : a.model_dir;
+  const std::string dir = model_path(a.model_dir);
   std::shared_ptr<const LoadedModel> lm = LoadedModel::load(dir, parse_device(a.gen->device));
   for (const auto& n : lm->notes()) note("edgegemma: note: " + n);
   Session session(lm, opt);

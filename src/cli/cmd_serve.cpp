@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "engine/loaded_model.h"
 #include "server/server.h"
+#include "store/store.h"
 
 namespace eg::cli {
 
@@ -35,6 +36,10 @@ struct ServeArgs {
   int threads = 0;
   std::string kv_type = "f16";
   std::string device = "auto";
+  std::string store;
+  std::string admin_key;
+  std::string rollback_if;
+  int rollback_min_requests = 20;
 };
 
 std::string read_file(const std::string& path) {
@@ -55,18 +60,41 @@ int serve(const ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  const std::string path = a.model.empty() ? default_model_dir() : a.model;
-  std::shared_ptr<const LoadedModel> lm = LoadedModel::load(path, parse_device(a.device));
+  // -m NAME of the model store (a path on disk wins): serve its current version and follow the
+  // pointer; NAME:VERSION / sha256:PREFIX serve that version only.
+  std::string path;
+  server::ServerOptions o;
+  std::error_code ec;
+  if (!a.model.empty() && !std::filesystem::exists(a.model, ec) && store::is_reference(a.model)) {
+    const store::Store st(a.store.empty() ? store::Store::default_root() : a.store, false);
+    const store::Manifest man = st.resolve(a.model);
+    path = st.model_path(man);
+    if (a.model.find(':') == std::string::npos) {
+      o.store_root = st.root();
+      o.store_name = man.name;
+      o.store_version = man.version;
+    }
+    if (a.alias.empty()) o.model_id = a.model.find(':') == std::string::npos ? man.name : man.name + ":" + man.version;
+  } else {
+    path = model_path(a.model);
+  }
+  if (!a.rollback_if.empty() && o.store_name.empty())
+    throw Error("--rollback-if needs -m NAME of a model in the store");
+  o.device = parse_device(a.device);
+  std::shared_ptr<const LoadedModel> lm = LoadedModel::load(path, o.device);
   for (const auto& n : lm->notes()) std::fprintf(stderr, "edgegemma: note: %s\n", n.c_str());
 
-  server::ServerOptions o;
   o.host = a.host;
   o.port = a.port;
   o.api_key = a.api_key;
   if (!a.chat_template.empty()) o.chat_template = read_file(a.chat_template);
   std::filesystem::path p(path);
   while (!p.empty() && !p.has_filename()) p = p.parent_path();
-  o.model_id = !a.alias.empty() ? a.alias : (p.extension() == ".gguf" ? p.stem().string() : p.filename().string());
+  if (!a.alias.empty()) o.model_id = a.alias;
+  else if (o.model_id.empty()) o.model_id = p.extension() == ".gguf" ? p.stem().string() : p.filename().string();
+  o.admin_key = a.admin_key;
+  o.rollback_if = a.rollback_if;
+  o.rollback_min_requests = a.rollback_min_requests;
   const bool vision = lm->model().config().multimodal_wrapper && !lm->source_dir().empty();
   o.max_body_bytes = static_cast<size_t>(a.max_body_kb > 0 ? a.max_body_kb : (vision ? 32768 : 1024)) * 1024;
   o.timeout_s = a.timeout;
@@ -107,7 +135,17 @@ int serve(const ServeArgs& a) {
 
 Action register_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
-  app.add_option("-m,--model", a->model, "model directory or .gguf file (default: bundled tiny-gemma3)");
+  app.add_option("-m,--model", a->model,
+                 "model directory or .gguf file, or a store reference: NAME (serves its current version and follows "
+                 "it), NAME:VERSION, sha256:PREFIX (default: bundled tiny-gemma3)");
+  app.add_option("--store", a->store, "model store folder (default: $EDGEGEMMA_STORE or ~/.local/share/edgegemma/models)");
+  app.add_option("--admin-key", a->admin_key, "enable admin routes (POST /v1/models/NAME/rollback) with Authorization: Bearer KEY");
+  app.add_option("--rollback-if", a->rollback_if,
+                 "roll the store model back automatically when a rule holds, e.g. \"ttft_p95>2s,error_rate>5%\" "
+                 "(docs/model-store.md)");
+  app.add_option("--rollback-min-requests", a->rollback_min_requests,
+                 "requests the served version must have finished before --rollback-if is evaluated (default 20)")
+      ->check(CLI::Range(1, 100));
   app.add_option("--host", a->host, "address to bind (default 127.0.0.1: this machine only)");
   app.add_option("--port", a->port, "TCP port (default 8080; 0 picks a free one)")->check(CLI::Range(0, 65535));
   app.add_option("-P,--parallel", a->parallel, "concurrent requests (slots), default 4")->check(CLI::Range(1, 256));

@@ -52,6 +52,8 @@ int main(int argc, char** argv) {
       eg::cli::register_perplexity);
   add("serve", "OpenAI-compatible HTTP server with streaming, JSON-schema output, tool calls and a web chat page",
       eg::cli::register_serve);
+  add("models", "the model store: add, list, show, use, rollback, rm, verify, gc (versions, verified updates)",
+      eg::cli::register_models);
   add("bench", "measure prefill and decode speed (tok/s), TTFT, load time and peak RSS, like llama-bench",
       eg::cli::register_bench);
   try {

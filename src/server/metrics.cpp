@@ -68,6 +68,11 @@ void Metrics::count_cancelled() {
   ++cancelled_;
 }
 
+void Metrics::count_auto_rollback() {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++auto_rollbacks_;
+}
+
 void Metrics::count_draft_request() {
   std::lock_guard<std::mutex> lk(mu_);
   ++draft_requests_;
@@ -123,6 +128,8 @@ std::string Metrics::render() const {
   counter("edgegemma_generated_tokens_total", "Generated tokens.", generated_tokens_);
   counter("edgegemma_requests_cancelled_total", "Requests stopped because the client went away or timed out.",
           cancelled_);
+  counter("edgegemma_auto_rollbacks_total", "Automatic rollbacks of the served store model (serve --rollback-if).",
+          auto_rollbacks_);
   counter("edgegemma_draft_requests_total", "Draft prefills accepted (POST /v1/prefill).", draft_requests_);
   counter("edgegemma_draft_dropped_total",
           "Drafts dropped before completing (superseded by a newer draft of the same client, or too many pending).",
