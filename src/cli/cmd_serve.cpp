@@ -122,6 +122,7 @@ int serve(const ServeArgs& a) {
   std::fprintf(stderr, "edgegemma serve: model %s | %d slots x %d tokens of context | %s | web chat at http://%s:%d/\n",
                o.model_id.c_str(), o.scheduler.slots, o.scheduler.context_tokens,
                lm->executor().description().c_str(), a.host.c_str(), port);
+  lm.reset();  // the server holds the model; a hot swap (model store) then frees it
   std::printf("edgegemma serve: listening on http://%s:%d\n", a.host.c_str(), port);
   std::fflush(stdout);
   srv.listen();
