@@ -211,6 +211,37 @@ TEST(Store, RemoveKeepsSharedBlobsAndGcFreesExactBytes) {
   EXPECT_EQ(s.resolve("b").version, "v1");
 }
 
+TEST(Store, HardLinkAddSharesTheSourceInodeAndFollowsSymlinks) {
+  const std::string tmp = egtest::make_temp_dir();
+  // A folder like a Hugging Face cache snapshot: the files are symlinks to blobs elsewhere.
+  const std::string real = tmp + "/real", snap = tmp + "/snapshot";
+  fs::copy(hf_dir(), real, fs::copy_options::recursive);
+  fs::create_directories(snap);
+  for (const auto& e : fs::directory_iterator(real)) fs::create_symlink(e.path(), snap + "/" + e.path().filename().string());
+  Store s(tmp + "/store");
+  auto o = named("tiny");
+  o.hard_link = true;
+  const auto m = s.add(snap, o);
+  for (const auto& f : m.files) {
+    struct stat a{}, b{};
+    ASSERT_EQ(::lstat(s.blob_path(f.sha256).c_str(), &a), 0);
+    ASSERT_EQ(::stat((real + "/" + f.path).c_str(), &b), 0);
+    EXPECT_TRUE(S_ISREG(a.st_mode)) << f.path << ": the blob is a file, not a symlink";
+    EXPECT_EQ(a.st_ino, b.st_ino) << f.path;
+  }
+  EXPECT_TRUE(s.verify().consistent);
+  // Editing the linked source corrupts the store, and verify says so.
+  flip_byte(real + "/model.safetensors", 100000);
+  EXPECT_FALSE(s.verify().consistent);
+  // Without --link the store has its own copy.
+  Store c(tmp + "/copied");
+  const auto mc = c.add(snap, named("tiny"));
+  struct stat a{}, b{};
+  ::stat(c.blob_path(mc.files[0].sha256).c_str(), &a);
+  ::stat((real + "/" + mc.files[0].path).c_str(), &b);
+  EXPECT_NE(a.st_ino, b.st_ino);
+}
+
 TEST(Store, CliCommandsWithJson) {
   const std::string store = egtest::make_temp_dir() + "/store";
   json j = cli_json(store, {"add", hf_dir(), "--name", "tiny"});

@@ -279,7 +279,8 @@ Manifest Store::add(const std::string& src_arg, const AddOptions& opt) {
     const std::string tmp = root_ + "/tmp/blob-" + unique_suffix();
     FileEntry e;
     e.path = name;
-    bool linked = opt.hard_link && ::link(path.c_str(), tmp.c_str()) == 0;
+    // link(2) does not follow a symlink (a Hugging Face cache snapshot is symlinks): link its target.
+    bool linked = opt.hard_link && ::link(fs::canonical(path).c_str(), tmp.c_str()) == 0;
     if (linked) e.sha256 = sha256_file(tmp, &e.size);
     else e.sha256 = copy_hashing(path, tmp, &e.size);
     crash_point("add.copied");
