@@ -150,6 +150,14 @@ TEST(Store, CorruptModelsAreRefusedAndCurrentStays) {
   } catch (const eg::Error& e) {
     EXPECT_NE(std::string(e.what()).find("non-finite"), std::string::npos) << e.what();
   }
+  // A download that is not the expected one (--expect sha256:...): refused before any check.
+  auto ex = named("tiny");
+  ex.expect_id = "sha256:" + std::string(64, '0');
+  EXPECT_THROW(s.add(gguf_path(), ex), eg::Error);
+  ex.expect_id = "sha256:" + eg::store::sha256_file(gguf_path());
+  ex.make_current = false;
+  EXPECT_EQ(s.add(gguf_path(), ex).id(), ex.expect_id.substr(7));
+  s.remove("tiny", "v2", false);
   // A truncated GGUF: its header does not parse.
   const std::string trunc = egtest::make_temp_dir() + "/t.gguf";
   egtest::write_file(trunc, egtest::read_file(gguf_path()).substr(0, 100000));

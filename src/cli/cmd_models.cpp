@@ -20,7 +20,7 @@ struct ModelsArgs {
   std::string store;
   bool json = false;
   // add
-  std::string path, name, version, provenance;
+  std::string path, name, version, provenance, expect;
   bool link = false, no_switch = false;
   // show / use / rm / rollback / verify
   std::string ref;
@@ -78,6 +78,7 @@ int cmd_add(const ModelsArgs& a) {
   o.provenance = a.provenance;
   o.hard_link = a.link;
   o.make_current = !a.no_switch;
+  o.expect_id = a.expect;
   const store::Manifest m = s.add(a.path, o);
   const store::Pointers p = s.pointers(m.name);
   if (a.json) {
@@ -245,6 +246,7 @@ Action register_models(CLI::App& app) {
   add->add_option("--name", a->name, "model name")->required();
   add->add_option("--version", a->version, "version tag (default v1, v2, ...)");
   add->add_option("--note", a->provenance, "provenance note (default: where it was added from)");
+  add->add_option("--expect", a->expect, "refuse unless the version's id is this sha256:HEX (for a .gguf: the file's SHA-256)");
   add->add_flag("--link", a->link, "hard-link the files instead of copying them (same file system)");
   add->add_flag("--no-switch", a->no_switch, "keep the current version (the new one is only stored)");
   CLI::App* list = app.add_subcommand("list", "names, versions, pointers, sizes and shared bytes");

@@ -294,6 +294,13 @@ Manifest Store::add(const std::string& src_arg, const AddOptions& opt) {
     crash_point("add.blob");
     m.files.push_back(std::move(e));
   }
+  if (!opt.expect_id.empty()) {
+    const std::string want = opt.expect_id.rfind("sha256:", 0) == 0 ? opt.expect_id.substr(7) : opt.expect_id;
+    if (!is_sha256_hex(want)) throw Error("the expected id must be sha256: and 64 lowercase hex digits");
+    if (m.id() != want)
+      throw Error("cannot add " + src.string() + ": its id is sha256:" + m.id() + ", expected sha256:" + want +
+                  " (a corrupt or different download)");
+  }
   for (const auto& f : m.files)
     if (f.path == "tokenizer.json" || (m.format == "gguf")) m.tokenizer_digest = f.sha256;
   // 2. The tree: hard links under the model's file names, built in tmp/ and renamed into place.

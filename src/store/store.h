@@ -36,6 +36,9 @@ struct AddOptions {
                              // editing the source corrupts the store (verify() reports it).
   bool make_current = true;  // move `current` to the new version (always when the name has none)
   bool smoke = true;         // run the smoke generation (model_check.h) before the manifest
+  std::string expect_id;     // "" or the id (Manifest::id, 64 hex, "sha256:" optional) the
+                             // version must have, e.g. the digest the app downloaded against:
+                             // anything else is refused before the checks
 };
 
 /// One problem or leftover found by verify().
