@@ -191,6 +191,40 @@ TEST(Store, CorruptModelsAreRefusedAndCurrentStays) {
   EXPECT_TRUE(s.verify("tiny").errors.size() == 1u);
 }
 
+TEST(Store, VerifyReportsEveryKindOfDamage) {
+  Store s(egtest::make_temp_dir() + "/store");
+  const auto m = s.add(gguf_path(), named("tiny"));
+  ASSERT_TRUE(s.verify().consistent);
+  auto expect_error = [&](const std::string& needle) {
+    const auto v = s.verify();
+    EXPECT_FALSE(v.consistent) << needle;
+    bool found = false;
+    for (const auto& e : v.errors) found |= e.find(needle) != std::string::npos;
+    EXPECT_TRUE(found) << "no error mentioning '" << needle << "'";
+  };
+  // A dangling pointer.
+  const std::string refs = s.refs_path("tiny"), good_refs = egtest::read_file(refs);
+  egtest::write_file(refs, R"({"current": "nope", "previous": null})");
+  expect_error("names nope");
+  egtest::write_file(refs, "garbage");
+  expect_error("bad pointer file");
+  egtest::write_file(refs, good_refs);
+  // A missing blob, a truncated blob, a tree entry that is not the blob.
+  const std::string blob = s.blob_path(m.files[0].sha256), keep = egtest::make_temp_dir() + "/keep";
+  fs::rename(blob, keep);
+  expect_error("is missing");
+  fs::copy_file(keep, blob);
+  expect_error("is not a link to its blob");
+  fs::remove(blob);
+  fs::rename(keep, blob);
+  ASSERT_TRUE(s.verify().consistent);
+  ::truncate(blob.c_str(), 1000);
+  expect_error("has 1000 bytes");
+  // An unreadable manifest.
+  egtest::write_file(s.manifest_path("tiny", "broken"), "{\"schema\": 1}");
+  expect_error("bad manifest");
+}
+
 TEST(Store, RemoveKeepsSharedBlobsAndGcFreesExactBytes) {
   Store s(egtest::make_temp_dir() + "/store");
   const auto a = s.add(hf_dir(), named("a"));
