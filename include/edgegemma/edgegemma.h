@@ -208,6 +208,41 @@ typedef struct eg_stats {
 /* Statistics of the last generate/chat call. */
 int eg_session_stats(eg_session* session, eg_stats* out);
 
+/* ---- the model store (docs/model-store.md) ----
+ * Versions of a model by name, content-addressed by SHA-256, with a `current` and a `previous`
+ * pointer per name: an app downloads a new version (itself), adds it (verified: digests, headers,
+ * a short smoke generation), and rolls back in one step when it misbehaves. Every change is
+ * crash-safe (an interrupted call leaves the store consistent; the old current stays current
+ * unless the switch completed) and takes the store's lock file (calls from several processes or
+ * threads are serialised). A handle may be used from several threads. */
+
+typedef struct eg_store eg_store;
+
+/* Opens (creating it when missing) the store in the folder `dir`; NULL or "": $EDGEGEMMA_STORE,
+ * else $XDG_DATA_HOME/edgegemma/models, else ~/.local/share/edgegemma/models. */
+int eg_store_open(const char* dir, eg_store** out);
+/* Releases the handle (NULL is ignored). Nothing on disk changes. */
+void eg_store_free(eg_store* store);
+/* Adds the Hugging Face folder or .gguf file at `path` as model `name`, version `version` (NULL
+ * or "": the next free "vN"), copying it into the store while hashing, then checks it (headers,
+ * load, smoke generation) and makes it current (the old current becomes previous). On a failed
+ * check nothing changes and eg_last_error() says why. The version tag is written to version_out
+ * (NUL-terminated, at most version_out_size bytes) when version_out is not NULL. */
+int eg_store_add(eg_store* store, const char* path, const char* name, const char* version, char* version_out,
+                 size_t version_out_size);
+/* Verifies NAME:VERSION (SHA-256 of every file, headers, smoke generation), then makes it current.
+ * On failure `current` is untouched. */
+int eg_store_use(eg_store* store, const char* name, const char* version);
+/* Makes the previous version current again (after the same checks); EG_ERR_FAILED when there is
+ * no previous version. */
+int eg_store_rollback(eg_store* store, const char* name);
+/* The current version of `name`: its tag into version_out and the path to give eg_model_load()
+ * into path_out (each NUL-terminated within its size; either may be NULL). EG_ERR_FAILED when
+ * the model is unknown or has no current version, EG_ERR_INVALID_ARGUMENT when a buffer is too
+ * small. */
+int eg_store_current(eg_store* store, const char* name, char* version_out, size_t version_out_size, char* path_out,
+                     size_t path_out_size);
+
 #ifdef __cplusplus
 }
 #endif

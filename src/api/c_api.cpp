@@ -13,6 +13,7 @@
 #include "engine/loaded_model.h"
 #include "audio/audio.h"
 #include "engine/session.h"
+#include "store/store.h"
 #include "vision/image.h"
 
 struct eg_model {
@@ -21,6 +22,10 @@ struct eg_model {
 
 struct eg_session {
   std::unique_ptr<eg::Session> s;
+};
+
+struct eg_store {
+  std::unique_ptr<eg::store::Store> s;
 };
 
 namespace {
@@ -366,3 +371,72 @@ int eg_session_stats(eg_session* session, eg_stats* out) {
 }
 
 }  // extern "C"
+
+// ---- the model store ----
+
+namespace {
+
+int copy_out(const std::string& v, char* out, size_t size, const char* what) {
+  if (out == nullptr) return EG_OK;
+  if (v.size() + 1 > size) return fail(EG_ERR_INVALID_ARGUMENT, std::string(what) + " buffer too small (needs " + std::to_string(v.size() + 1) + " bytes)");
+  std::memcpy(out, v.c_str(), v.size() + 1);
+  return EG_OK;
+}
+
+}  // namespace
+
+extern "C" int eg_store_open(const char* dir, eg_store** out) {
+  EG_REQUIRE(out != nullptr, "out is NULL");
+  *out = nullptr;
+  return guarded([&] {
+    auto h = std::make_unique<eg_store>();
+    h->s = std::make_unique<eg::store::Store>(dir && *dir ? std::string(dir) : eg::store::Store::default_root());
+    *out = h.release();
+    return EG_OK;
+  });
+}
+
+extern "C" void eg_store_free(eg_store* store) { delete store; }
+
+extern "C" int eg_store_add(eg_store* store, const char* path, const char* name, const char* version, char* version_out,
+                            size_t version_out_size) {
+  EG_REQUIRE(store != nullptr && path != nullptr && name != nullptr, "store, path or name is NULL");
+  return guarded([&] {
+    eg::store::AddOptions o;
+    o.name = name;
+    o.version = version ? version : "";
+    const eg::store::Manifest m = store->s->add(path, o);
+    return copy_out(m.version, version_out, version_out_size, "version_out");
+  });
+}
+
+extern "C" int eg_store_use(eg_store* store, const char* name, const char* version) {
+  EG_REQUIRE(store != nullptr && name != nullptr && version != nullptr, "store, name or version is NULL");
+  return guarded([&] {
+    store->s->use(name, version);
+    return EG_OK;
+  });
+}
+
+extern "C" int eg_store_rollback(eg_store* store, const char* name) {
+  EG_REQUIRE(store != nullptr && name != nullptr, "store or name is NULL");
+  return guarded([&] {
+    store->s->rollback(name);
+    return EG_OK;
+  });
+}
+
+extern "C" int eg_store_current(eg_store* store, const char* name, char* version_out, size_t version_out_size,
+                                char* path_out, size_t path_out_size) {
+  EG_REQUIRE(store != nullptr && name != nullptr, "store or name is NULL");
+  return guarded([&] {
+    if (!eg::store::is_valid_name(name)) throw eg::Error(std::string("invalid model name '") + name + "'");
+    const eg::store::Manifest m = store->s->resolve(name);
+    const std::string path = store->s->model_path(m);
+    if (version_out && m.version.size() + 1 > version_out_size)
+      return copy_out(m.version, version_out, version_out_size, "version_out");
+    if (path_out && path.size() + 1 > path_out_size) return copy_out(path, path_out, path_out_size, "path_out");
+    copy_out(m.version, version_out, version_out_size, "version_out");
+    return copy_out(path, path_out, path_out_size, "path_out");
+  });
+}

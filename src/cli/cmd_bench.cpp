@@ -100,7 +100,7 @@ int run_bench(const BenchArgs& a) {
   if (a.n_prompt == 0 && a.n_gen == 0) throw Error("nothing to measure: -p and -n are both 0");
   if (a.reps < 1) throw Error("-r must be >= 1");
   apply_threads(a.threads);
-  const std::string dir = a.model_dir.empty() ? default_model_dir() : a.model_dir;
+  const std::string dir = model_path(a.model_dir);
   auto lm = LoadedModel::load(dir, parse_device(a.device));
   const Model& m = lm->model();
   const StepExecutor& exec = lm->executor();

@@ -228,7 +228,7 @@ int chat(const ChatArgs& a) {
   if (!g.max_memory.empty()) opt.memory_budget_bytes = parse_bytes(g.max_memory);
   for (const auto& s : g.stops)
     if (s.empty()) throw Error("--stop: empty stop string");
-  const std::string dir = a.model_dir.empty() ? default_model_dir() : a.model_dir;
+  const std::string dir = model_path(a.model_dir);
   auto loaded = LoadedModel::load(dir, parse_device(a.gen->device));
   if (!a.mmproj.empty()) loaded->attach_mmproj(a.mmproj);
   std::shared_ptr<const LoadedModel> lm = std::move(loaded);

@@ -292,7 +292,7 @@ int inspect(const InspectArgs& a) {
     cfg = parse_hf_config(c.dump(), known_model_generation_config(a.like).dump(), a.like);
     origin = a.like;
   } else {
-    const std::string dir = a.model_dir.empty() ? default_model_dir() : a.model_dir;
+    const std::string dir = model_path(a.model_dir);
     origin = dir;
     if (fs::is_regular_file(dir) && fs::path(dir).extension() == ".gguf") {  // a GGUF file alone
       auto g = GGUFFile::open(dir);

@@ -59,7 +59,7 @@ int run_perplexity(const PplArgs& a) {
   if (!std::filesystem::is_regular_file(a.file)) throw Error("cannot read " + a.file + ": no such file");
   const std::string text = read_file(a.file);
   const bool llama = a.method == "llama";
-  const std::string dir = a.model_dir.empty() ? default_model_dir() : a.model_dir;
+  const std::string dir = model_path(a.model_dir);
   auto lm = LoadedModel::load(dir);
   const int max_ctx = lm->model().config().max_position_embeddings;
   const int min_ctx = llama ? 4 : 1;

@@ -84,7 +84,7 @@ int run(const RunArgs& a) {
   std::string text = get_prompt(a);
   if (text.empty()) throw Error("empty prompt");
   if (!a.system.empty() && !a.chat) throw Error("--system needs --chat");
-  const std::string dir = a.model_dir.empty() ? default_model_dir() : a.model_dir;
+  const std::string dir = model_path(a.model_dir);
   // Media are decoded first, in command-line order: a bad file is reported before the model loads.
   std::vector<PromptMedium> media;
   size_t n_images = 0, n_clips = 0;

@@ -16,6 +16,7 @@
 #include "embed/open.h"
 #include "engine/loaded_model.h"
 #include "server/server.h"
+#include "store/store.h"
 
 namespace eg::cli {
 
@@ -44,6 +45,10 @@ struct ServeArgs {
   int kb_passages = 4;
   int kb_budget = 1024;
   double faq_threshold = 0.75, faq_lexical_threshold = 0.6;
+  std::string store;
+  std::string admin_key;
+  std::string rollback_if;
+  int rollback_min_requests = 20;
 };
 
 // The id a model path is served under: the folder name, or the .gguf file's stem.
@@ -128,13 +133,29 @@ int serve(const ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  const std::string path = a.model.empty() ? default_model_dir() : a.model;
+  // -m NAME of the model store (a path on disk wins): serve its current version and follow the
+  // pointer; NAME:VERSION / sha256:PREFIX serve that version only.
+  std::string path;
   server::ServerOptions o;
+  std::error_code ec;
+  if (!a.model.empty() && !std::filesystem::exists(a.model, ec) && store::is_reference(a.model)) {
+    const store::Store st(a.store.empty() ? store::Store::default_root() : a.store, false);
+    const store::Manifest man = st.resolve(a.model);
+    path = st.model_path(man);
+    if (a.model.find(':') == std::string::npos) {
+      o.store_root = st.root();
+      o.store_name = man.name;
+      o.store_version = man.version;
+    }
+    if (a.alias.empty()) o.model_id = a.model.find(':') == std::string::npos ? man.name : man.name + ":" + man.version;
+  } else {
+    path = model_path(a.model);
+  }
   // -m EMBEDDING_MODEL alone: embeddings only; --embedding-model adds one beside a chat model.
   const bool embed_only = embed::is_embedding_model(path);
   if (embed_only && !a.embedding_model.empty())
     throw Error(path + " is an embedding model: give a chat model with -m and the embedding model with --embedding-model");
-  const std::string emb_path = embed_only ? path : a.embedding_model;
+  const std::string emb_path = embed_only ? path : (a.embedding_model.empty() ? "" : model_path(a.embedding_model));
   if (!emb_path.empty()) {
     embed::OpenOptions eo;
     eo.threads = a.threads;
@@ -142,7 +163,10 @@ int serve(const ServeArgs& a) {
     o.embedding_model_id = embed_only && !a.alias.empty() ? a.alias : id_of(emb_path);
   }
   if (embed_only) return serve_embeddings_only(a, o);
-  auto loaded = LoadedModel::load(path, parse_device(a.device));
+  if (!a.rollback_if.empty() && o.store_name.empty())
+    throw Error("--rollback-if needs -m NAME of a model in the store");
+  o.device = parse_device(a.device);
+  auto loaded = LoadedModel::load(path, o.device);
   if (!a.mmproj.empty()) loaded->attach_mmproj(a.mmproj);
   std::shared_ptr<const LoadedModel> lm = std::move(loaded);
   for (const auto& n : lm->notes()) std::fprintf(stderr, "edgegemma: note: %s\n", n.c_str());
@@ -151,7 +175,11 @@ int serve(const ServeArgs& a) {
   o.port = a.port;
   o.api_key = a.api_key;
   if (!a.chat_template.empty()) o.chat_template = read_file(a.chat_template);
-  o.model_id = !a.alias.empty() ? a.alias : id_of(path);
+  if (!a.alias.empty()) o.model_id = a.alias;
+  else if (o.model_id.empty()) o.model_id = id_of(path);
+  o.admin_key = a.admin_key;
+  o.rollback_if = a.rollback_if;
+  o.rollback_min_requests = a.rollback_min_requests;
   const bool vision = (lm->model().config().multimodal_wrapper && !lm->source_dir().empty()) || !lm->mmproj_path().empty();
   o.max_body_bytes = static_cast<size_t>(a.max_body_kb > 0 ? a.max_body_kb : (vision ? 32768 : 1024)) * 1024;
   o.timeout_s = a.timeout;
@@ -200,6 +228,7 @@ int serve(const ServeArgs& a) {
   std::snprintf(what, sizeof what, "model %s | %d slots x %d tokens of context | %s%s%s | web chat at http://%s:",
                 o.model_id.c_str(), o.scheduler.slots, o.scheduler.context_tokens, lm->executor().description().c_str(),
                 o.embedder ? " | embeddings: " : "", o.embedder ? o.embedding_model_id.c_str() : "", a.host.c_str());
+  lm.reset();  // the server holds the model; a hot swap (model store) then frees it
   return run_server(srv, a, what);
 }
 
@@ -207,8 +236,18 @@ int serve(const ServeArgs& a) {
 
 Action register_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
-  app.add_option("-m,--model", a->model, "model directory or .gguf file (default: bundled tiny-gemma3)");
+  app.add_option("-m,--model", a->model,
+                 "model directory or .gguf file, or a store reference: NAME (serves its current version and follows "
+                 "it), NAME:VERSION, sha256:PREFIX (default: bundled tiny-gemma3)");
   app.add_option("--mmproj", a->mmproj, "llama.cpp mmproj GGUF with the vision tower for a text GGUF (edgegemma quantize --mmproj writes one; not found automatically)");
+  app.add_option("--store", a->store, "model store folder (default: $EDGEGEMMA_STORE or ~/.local/share/edgegemma/models)");
+  app.add_option("--admin-key", a->admin_key, "enable admin routes (POST /v1/models/NAME/rollback) with Authorization: Bearer KEY");
+  app.add_option("--rollback-if", a->rollback_if,
+                 "roll the store model back automatically when a rule holds, e.g. \"ttft_p95>2s,error_rate>5%\" "
+                 "(docs/model-store.md)");
+  app.add_option("--rollback-min-requests", a->rollback_min_requests,
+                 "requests the served version must have finished before --rollback-if is evaluated (default 20)")
+      ->check(CLI::Range(1, 100));
   app.add_option("--host", a->host, "address to bind (default 127.0.0.1: this machine only)");
   app.add_option("--port", a->port, "TCP port (default 8080; 0 picks a free one)")->check(CLI::Range(0, 65535));
   app.add_option("-P,--parallel", a->parallel, "concurrent requests (slots), default 4")->check(CLI::Range(1, 256));

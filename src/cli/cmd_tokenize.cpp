@@ -28,7 +28,7 @@ int tokenize(const TokenizeArgs& a) {
     if (isatty(STDIN_FILENO)) throw Error("no text: give TEXT or pipe it to stdin");
     text = read_stream(stdin);
   }
-  const std::string dir = a.model_dir.empty() ? default_model_dir() : a.model_dir;
+  const std::string dir = model_path(a.model_dir);
   const bool gguf = dir.size() > 5 && dir.compare(dir.size() - 5, 5, ".gguf") == 0;
   Tokenizer tok = gguf ? Tokenizer::from_gguf(*GGUFFile::open(dir)) : Tokenizer::load_dir(dir);
   std::vector<int32_t> ids = tok.encode(text, tok.add_bos() && !a.no_bos, true);

@@ -54,6 +54,8 @@ int main(int argc, char** argv) {
       eg::cli::register_serve);
   add("embed", "text embeddings (EmbeddingGemma) of stdin or files, with task prompts and Matryoshka dims",
       eg::cli::register_embed);
+  add("models", "the model store: add, list, show, use, rollback, rm, verify, gc (versions, verified updates)",
+      eg::cli::register_models);
   add("bench", "measure prefill and decode speed (tok/s), TTFT, load time and peak RSS, like llama-bench",
       eg::cli::register_bench);
   add("kb", "local knowledge base: add files, hybrid search (BM25 + vectors), FAQ pairs (docs/knowledge-base.md)",

@@ -88,6 +88,11 @@ void Metrics::count_faq_miss() {
   ++faq_misses_;
 }
 
+void Metrics::count_auto_rollback() {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++auto_rollbacks_;
+}
+
 void Metrics::count_draft_request() {
   std::lock_guard<std::mutex> lk(mu_);
   ++draft_requests_;
@@ -150,6 +155,8 @@ std::string Metrics::render() const {
   counter("edgegemma_faq_answers_total", "Failed requests answered from the FAQ instead (--faq).", faq_answers_);
   counter("edgegemma_faq_misses_total", "Failed requests for which the FAQ had no answer (the error stood).",
           faq_misses_);
+  counter("edgegemma_auto_rollbacks_total", "Automatic rollbacks of the served store model (serve --rollback-if).",
+          auto_rollbacks_);
   counter("edgegemma_draft_requests_total", "Draft prefills accepted (POST /v1/prefill).", draft_requests_);
   counter("edgegemma_draft_dropped_total",
           "Drafts dropped before completing (superseded by a newer draft of the same client, or too many pending).",

@@ -49,6 +49,7 @@ class Metrics {
   void count_first_token_timeout();
   void count_faq_answer();
   void count_faq_miss();
+  void count_auto_rollback();  // serve --rollback-if fired
   // Draft prefill (POST /v1/prefill, scheduler.h): drafts accepted; drafts dropped (superseded by a
   // newer draft of the same client, or the oldest when too many are pending); drafts whose
   // prefill completed; tokens prefilled for drafts; requests that reused KV a draft computed, and
@@ -65,7 +66,7 @@ class Metrics {
  private:
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
-  uint64_t prompt_tokens_ = 0, cached_tokens_ = 0, generated_tokens_ = 0, cancelled_ = 0;
+  uint64_t prompt_tokens_ = 0, cached_tokens_ = 0, generated_tokens_ = 0, cancelled_ = 0, auto_rollbacks_ = 0;
   uint64_t kb_requests_ = 0, first_token_timeouts_ = 0, faq_answers_ = 0, faq_misses_ = 0;
   uint64_t draft_requests_ = 0, draft_dropped_ = 0, draft_prefilled_ = 0, draft_tokens_ = 0, draft_hits_ = 0,
            draft_saved_ = 0;

@@ -3,7 +3,8 @@
 // Routes: POST /v1/chat/completions, POST /v1/completions (both with SSE streaming), POST
 // /v1/embeddings (with an embedding model: server/embeddings.h), GET
 // /v1/models, GET /v1/models/{id}, GET /health, GET /metrics (Prometheus), POST /tokenize,
-// POST /detokenize, GET / (the web chat page). Request handling: http_routes.cpp; generation:
+// POST /detokenize, GET / (the web chat page); with the model store, POST /v1/models/{id}/rollback
+// (admin key) and hot swaps of the served version (swap_model). Request handling: http_routes.cpp; generation:
 // scheduler.h; request/response JSON: openai_request.h / openai_response.h.
 //
 // Safety: binds 127.0.0.1 unless told otherwise; with an API key every route except / and
@@ -47,6 +48,20 @@ struct ServerOptions {
   std::string embedding_model_id;
   /// RAG (--kb), the FAQ fallback (--faq) and --first-token-timeout (server/rag.h).
   KbServeOptions kb;
+  // The model store (docs/model-store.md). With store_name the server follows that model's
+  // `current` pointer in the store at store_root: every store_poll_s it loads a new current
+  // version (on `device`) beside the served one and hot-swaps (swap_model). store_version: the
+  // version the constructor's model is.
+  std::string store_root, store_name, store_version;
+  double store_poll_s = 0.5;
+  DeviceRequest device;
+  // "" = admin routes off; else POST /v1/models/NAME/rollback needs "Authorization: Bearer KEY"
+  // with this key (the API key does not open admin routes).
+  std::string admin_key;
+  // --rollback-if rules (rollback_rules.h); "" = none. Evaluated over the served version's last
+  // 100 finished requests once it has rollback_min_requests of them; fires once per version.
+  std::string rollback_if;
+  int rollback_min_requests = 20;
 };
 
 class Server {
@@ -63,6 +78,14 @@ class Server {
   /// Stops listening and cancels the running jobs (any thread, also from a signal-watching thread).
   void stop();
   int port() const { return port_; }
+  /// Hot swap: builds a scheduler for `model` beside the running one and routes every new
+  /// request to it at once; requests already holding the old version (queued, running, or still
+  /// being written) finish on it; then the old version is stopped and freed (waiting at most
+  /// timeout_s + 5 s). No request fails because of a swap. Blocks until the old version is freed.
+  /// Throws eg::Error (the served version stays) when the model's context is too small.
+  void swap_model(std::shared_ptr<const LoadedModel> model, const std::string& version);
+  /// The store version being served to new requests ("" when not from the store).
+  std::string serving_version();
 
  private:
   struct Impl;
