@@ -87,6 +87,44 @@ TEST(VisionSession, ChatWithAnImageMatchesTransformers) {
   }
 }
 
+// The "0 token" image: attached when typing starts, encoded and prefilled while the question is
+// typed, the prompt's logits and the answer are those of the image attached at Enter (and of a
+// session given the whole message at once), bit for bit with F32 KV.
+TEST(VisionSession, ImageAttachedWhileTypingEqualsAttachedAtEnter) {
+  for (Fx f : kFixtures) {
+    SCOPED_TRACE(f.name);
+    f.dir = egtest::shared_dir() + "/models/" + f.name;
+    const auto img = vision::load_image_file(f.dir + "/inputs/" + f.image);
+    const std::string q = "What is in the picture, and which colours does it have?";
+    auto type = [&](Session& s) {
+      for (size_t i = 1; i <= q.size(); ++i) s.update_input(q.substr(0, i));
+    };
+    Session early(sessiontest::model(f.name), greedy_opts(5));
+    early.add_image(img);
+    type(early);
+    early.wait_idle();
+    const int cached_before_enter = early.cached_tokens();
+    const std::vector<float> early_logits = early.prefill();
+
+    Session late(sessiontest::model(f.name), greedy_opts(5));
+    type(late);
+    late.wait_idle();
+    late.add_image(img);
+    const std::vector<float> late_logits = late.prefill();
+
+    Session whole(sessiontest::model(f.name), greedy_opts());
+    whole.add_message("user", q, {whole.encode_image(img)});
+    const std::vector<float> whole_logits = whole.prefill();
+
+    EXPECT_GT(cached_before_enter, early.count_prompt_tokens(q) - 12);  // only the tail was left
+    EXPECT_EQ(early_logits, late_logits);
+    EXPECT_EQ(early_logits, whole_logits);
+    const TurnResult a = early.chat(q, n_tokens(8)), b = late.chat(q, n_tokens(8));
+    EXPECT_EQ(a.ids, b.ids);
+    EXPECT_EQ(early.context_tokens(), late.context_tokens());
+  }
+}
+
 TEST(VisionSession, ReplacingTheImageIsNotReusingItsCache) {
   // Same placeholder ids, different image: when the overflow policy drops the first turn, the
   // second turn's prompt has exactly the first prompt's ids (both images give 266 soft tokens),

@@ -61,6 +61,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/audio_stream.h"
 #include "engine/loaded_model.h"
 #include "engine/media.h"
 #include "engine/sampler.h"
@@ -200,7 +201,28 @@ class Session {
   /// attached. Throws eg::Error for a model without an audio tower ("this model has no audio
   /// tower"), in raw mode, or for a clip that is too short / too long; nothing changes then.
   void add_audio(const audio::Pcm& pcm);
-  /// Audio clips attached to the draft so far.
+  /// Chat mode: streams an audio clip to the draft as it is recorded: n mono samples at `rate` Hz
+  /// (the clip's rate: every chunk of one clip has the same rate). The first call opens the clip;
+  /// it ends with end_audio(), or by itself at the next generate()/chat()/prefill()/add_image()/
+  /// add_audio(). The samples are resampled to 16 kHz as they come; each time a whole 30 s
+  /// segment is complete, the audio tower encodes it on the session's background thread and the
+  /// background prefill continues through its block, so when the user stops talking only the last
+  /// (partial) segment and the text remain. Exact: the ended clip's blocks are those add_audio()
+  /// of the whole clip gives, bit for bit (tests/audio_stream_test.cpp). Returns at once (the
+  /// resampling of the chunk is the only work done on the calling thread). Throws eg::Error,
+  /// keeping nothing of the chunk, for a model without an audio tower, raw mode, a rate outside
+  /// [1000, 384000] or other than the open clip's, a non-finite sample, or a clip that would
+  /// exceed the 10-minute limit. n = 0 does nothing.
+  void append_audio(const float* pcm, size_t n, int rate);
+  /// Ends the clip opened by append_audio(): encodes its last segment (now, on the calling thread;
+  /// waits for segments still being encoded in the background) and starts the background prefill
+  /// of its block. The clip then counts in pending_audio(). Nothing open: does nothing. Throws
+  /// eg::Error for a clip shorter than 10 ms in all (the clip is discarded), or when encoding a
+  /// segment failed (the clip is discarded).
+  void end_audio();
+  /// A clip opened by append_audio() has not ended yet.
+  bool streaming_audio() const { return stream_ != nullptr; }
+  /// Audio clips attached to the draft so far (a clip being streamed counts once it ends).
   size_t pending_audio() const { return draft_clips_; }
   /// Encodes a clip with the model's audio tower, one SessionImage (audio = true) per segment, for
   /// ChatMessage::images of add_message. Throws eg::Error as add_audio.
@@ -330,6 +352,8 @@ class Session {
   ChatMessage draft_message() const { return ChatMessage{"user", draft_, draft_images_}; }
   void set_threads() const;
   void init_kv();
+  void ensure_worker();
+  void discard_stream();  // drops the open streamed clip and its blocks (under no lock)
   friend struct SessionFile;
 
   std::shared_ptr<const LoadedModel> lm_;
@@ -364,6 +388,18 @@ class Session {
   Prompt job_target_;
   int job_upto_ = 0;
   std::atomic<bool> job_cancel_{false};
+  // Streamed audio (append_audio): the open clip, its blocks in draft_images_ from this index on,
+  // and the completed segments waiting for the tower. The worker encodes every queued segment
+  // before it takes a prefill job; stop_worker_job() waits until the queue is empty, so the
+  // caller thread never reads a block's soft tokens before they are written.
+  struct EncodeTask {
+    std::vector<float> pcm16k;
+    std::shared_ptr<SessionImage> out;
+  };
+  std::unique_ptr<AudioStream> stream_;
+  size_t stream_first_ = 0;
+  std::vector<EncodeTask> encode_queue_;  // under mu_
+  std::string encode_error_;              // under mu_: the first failed background encode
   std::atomic<bool> gen_cancel_{false};
 };
 

@@ -51,6 +51,7 @@ TurnResult Session::chat(const std::string& user_text, const GenerateParams& par
 }
 
 std::vector<float> Session::prefill() {
+  end_audio();  // a clip being streamed ends here
   stop_worker_job();
   set_threads();
   std::vector<ChatMessage> msgs = messages_;
@@ -86,6 +87,7 @@ TurnResult Session::generate(const GenerateParams& gp, const PieceCallback& on_p
   if (gp.max_new_tokens < 0) throw Error("session: max new tokens must be >= 0");
   StopStringMatcher matcher(gp.stop_strings);
   const auto t0 = std::chrono::steady_clock::now();
+  end_audio();  // a clip being streamed ends here (its last segment is encoded now)
   stop_worker_job();
   gen_cancel_ = false;
   set_threads();
