@@ -99,6 +99,12 @@ TEST(AudioStreamSession, StreamedClipEqualsTheWholeClip) {
     EXPECT_EQ(r.ids, want.ids);
     EXPECT_EQ(s.context_tokens(), ref.context_tokens());
     EXPECT_GT(r.stats.reused_tokens, 750 * c.early_blocks);
+    EXPECT_EQ(r.stats.audio_clips, 1);
+    EXPECT_EQ(r.stats.images, 0);
+    EXPECT_EQ(r.stats.audio_soft_tokens, want.stats.audio_soft_tokens);
+    EXPECT_GT(r.stats.audio_encode_ms, 0.0);
+    // 65 s: 750 + 750 + 125 (5 s: ⌈⌈499 frames / 2⌉ / 2⌉).
+    if (c.rate == 16000) EXPECT_EQ(r.stats.audio_soft_tokens, 1625);
     ASSERT_EQ(s.messages().size(), 2u);
     expect_same_blocks(s.messages()[0], ref.messages()[0]);
   }

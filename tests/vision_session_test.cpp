@@ -4,6 +4,7 @@
 // buffers, saving). References come from the fixtures (reference.json), never from the Session.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -122,6 +123,14 @@ TEST(VisionSession, ImageAttachedWhileTypingEqualsAttachedAtEnter) {
     const TurnResult a = early.chat(q, n_tokens(8)), b = late.chat(q, n_tokens(8));
     EXPECT_EQ(a.ids, b.ids);
     EXPECT_EQ(early.context_tokens(), late.context_tokens());
+    // The turn's stats name its image: soft tokens = the placeholder run in the prompt.
+    const Tokenizer& tok = sessiontest::model(f.name)->tokenizer();
+    const int32_t ph = tok.token_id(f.name == "tiny-gemma3-vision" ? "<image_soft_token>" : "<|image|>");
+    const auto& ctx = early.context_tokens();
+    EXPECT_EQ(a.stats.images, 1);
+    EXPECT_EQ(a.stats.image_soft_tokens, static_cast<int>(std::count(ctx.begin(), ctx.end(), ph)));
+    EXPECT_GT(a.stats.image_encode_ms, 0.0);
+    EXPECT_EQ(a.stats.audio_clips, 0);
   }
 }
 

@@ -116,7 +116,10 @@ int eg_session_add_message(eg_session* session, const char* role, const char* co
  * prefilling in the background at once, so after the user presses Enter only the text remains.
  * Fails with EG_ERR_FAILED, changing nothing, when the model has no vision tower ("this model has
  * no vision tower": a text-only model, or a GGUF file), in raw mode, or for a bad image; a session
- * with images cannot be saved (eg_session_save fails) yet.
+ * with images cannot be saved (eg_session_save fails) yet. With a memory budget
+ * (memory_budget_bytes), the vision tower's weights count from the session's first image: one that
+ * does not fit fails with EG_ERR_FAILED ("... too small for the vision tower: ..."); the same holds
+ * for the audio tower and the first clip (eg_session_add_audio*, eg_session_append_audio).
  *
  * eg_session_add_image: an image file (JPEG, PNG, WebP, GIF first frame, BMP; the format is read
  * from its bytes; EXIF orientation applied). Unreadable, truncated, corrupt, zero-size files and

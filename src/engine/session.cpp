@@ -114,7 +114,19 @@ void Session::add_message(const std::string& role, const std::string& content,
   messages_.push_back(ChatMessage{role, content, std::move(images)});
 }
 
+void Session::count_tower(bool audio) const {
+  bool& counted = audio ? audio_counted_ : vision_counted_;
+  if (counted || opt_.memory_budget_bytes == 0) return;
+  const size_t bytes = audio ? lm_->audio_encoder().weight_bytes() : lm_->image_encoder().weight_bytes();
+  check_tower_budget(lm_->model(), opt_.memory_budget_bytes, ctx_, opt_.kv,
+                     std::max(kSyncChunkTokens, opt_.prefill_chunk_tokens), tower_bytes_ + bytes,
+                     audio ? "audio tower" : "vision tower");
+  tower_bytes_ += bytes;
+  counted = true;
+}
+
 std::shared_ptr<const SessionImage> Session::encode_image(const vision::RgbImage& image) const {
+  count_tower(false);
   // "this model has no vision tower" for a text-only model.
   return encode_session_image(lm_->image_encoder(), image, lm_->model().config().hidden_size);
 }
@@ -130,6 +142,7 @@ void Session::add_image(const vision::RgbImage& image) {
 std::vector<std::shared_ptr<const SessionImage>> Session::encode_audio(const audio::Pcm& pcm) const {
   // "this model has no audio tower" for a model without one; other rates are resampled first.
   const AudioEncoder& enc = lm_->audio_encoder();
+  count_tower(true);
   auto segs = encode_session_audio(enc, audio::to_model_rate(pcm), lm_->model().config().hidden_size);
   return {segs.begin(), segs.end()};
 }
@@ -354,6 +367,7 @@ void Session::worker_main() {
                                          lm_->model().config().hidden_size);
         if (segs.size() != 1 || segs[0]->n != task.out->n) throw Error("internal: a streamed segment changed size");
         task.out->soft = std::move(segs[0]->soft);
+        task.out->encode_ms = segs[0]->encode_ms;
       } catch (const std::exception& e) {
         err = e.what();
       }

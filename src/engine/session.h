@@ -112,7 +112,9 @@ struct SessionOptions {
   OverflowPolicy overflow = OverflowPolicy::DropOldestTurns;
   /// Bytes the session may use (model weights resident + KV for context_tokens + scratch);
   /// 0 = no limit. Checked in the constructor (memory_budget.h): over budget is an eg::Error
-  /// with the numbers and the largest context that would fit.
+  /// with the numbers and the largest context that would fit. A media tower's weights count from
+  /// the first image / clip the session encodes: one that does not fit is an eg::Error there
+  /// ("... is too small for the vision tower: ..."), and nothing is attached.
   size_t memory_budget_bytes = 0;
   /// CPU threads for this session's forward passes; 0 = the process default.
   int threads = 0;
@@ -140,6 +142,12 @@ struct SessionStats {
   int context_used = 0;      // tokens in the context after the call
   int context_size = 0;
   size_t kv_bytes = 0;       // KV cache bytes allocated
+  // Media of this turn's user message (the draft: add_image / add_audio / append_audio): count,
+  // soft tokens, and the time their towers took (at attach or in the background: not part of
+  // ttft_ms unless a streamed clip's last segment was encoded by this call).
+  int images = 0, image_soft_tokens = 0;
+  int audio_clips = 0, audio_soft_tokens = 0;
+  double image_encode_ms = 0, audio_encode_ms = 0;
 };
 
 struct TurnResult {
@@ -208,7 +216,7 @@ class Session {
   /// segment is complete, the audio tower encodes it on the session's background thread and the
   /// background prefill continues through its block, so when the user stops talking only the last
   /// (partial) segment and the text remain. Exact: the ended clip's blocks are those add_audio()
-  /// of the whole clip gives, bit for bit (tests/audio_stream_test.cpp). Returns at once (the
+  /// of the whole clip gives, bit for bit (tests/audio_stream_session_test.cpp). Returns at once (the
   /// resampling of the chunk is the only work done on the calling thread). Throws eg::Error,
   /// keeping nothing of the chunk, for a model without an audio tower, raw mode, a rate outside
   /// [1000, 384000] or other than the open clip's, a non-finite sample, or a clip that would
@@ -353,6 +361,9 @@ class Session {
   void set_threads() const;
   void init_kv();
   void ensure_worker();
+  /// Counts the vision (audio = false) or audio tower's weights in the memory budget the first
+  /// time this session uses it; throws eg::Error (nothing counted) when they do not fit.
+  void count_tower(bool audio) const;
   void discard_stream();  // drops the open streamed clip and its blocks (under no lock)
   friend struct SessionFile;
 
@@ -400,6 +411,9 @@ class Session {
   size_t stream_first_ = 0;
   std::vector<EncodeTask> encode_queue_;  // under mu_
   std::string encode_error_;              // under mu_: the first failed background encode
+  // Tower weights counted in the memory budget (count_tower; caller thread only).
+  mutable size_t tower_bytes_ = 0;
+  mutable bool vision_counted_ = false, audio_counted_ = false;
   std::atomic<bool> gen_cancel_{false};
 };
 

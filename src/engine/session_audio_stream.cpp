@@ -16,6 +16,7 @@ namespace eg {
 void Session::append_audio(const float* pcm, size_t n, int rate) {
   if (!opt_.chat) throw Error("session: audio needs chat mode");
   const AudioEncoder& enc = lm_->audio_encoder();  // "this model has no audio tower"
+  count_tower(true);
   if (n > 0 && pcm == nullptr) throw Error("session: append_audio: no samples (NULL)");
   if (stream_ && stream_->rate() != rate)
     throw Error("session: append_audio: the clip being streamed is at " + std::to_string(stream_->rate()) +

@@ -97,6 +97,14 @@ TurnResult Session::generate(const GenerateParams& gp, const PieceCallback& on_p
   TurnResult r;
   SessionStats& st = r.stats;
   st.context_size = ctx_;
+  if (opt_.chat) {
+    for (const auto& m : draft_images_) {
+      (m->audio ? st.audio_soft_tokens : st.image_soft_tokens) += m->n;
+      (m->audio ? st.audio_encode_ms : st.image_encode_ms) += m->encode_ms;
+      st.images += m->audio ? 0 : 1;
+    }
+    st.audio_clips = static_cast<int>(draft_clips_);
+  }
 
   // The prompt, dropping old turns while prompt + max_new_tokens does not fit.
   std::vector<ChatMessage> msgs = messages_;
