@@ -66,7 +66,13 @@ void expect_same_blocks(const ChatMessage& got, const ChatMessage& want) {
     SCOPED_TRACE(i);
     EXPECT_EQ(got.images[i]->audio, want.images[i]->audio);
     EXPECT_EQ(got.images[i]->n, want.images[i]->n);
-    EXPECT_EQ(got.images[i]->soft, want.images[i]->soft);  // bit for bit
+    const std::vector<float>& a = got.images[i]->soft;
+    const std::vector<float>& b = want.images[i]->soft;
+    ASSERT_EQ(a.size(), b.size());
+    size_t diff = 0, first = a.size();
+    for (size_t k = 0; k < a.size(); ++k)
+      if (a[k] != b[k]) first = std::min(first, k), ++diff;  // bit for bit
+    EXPECT_EQ(diff, 0u) << "first difference at value " << first << " of " << a.size();
   }
 }
 
