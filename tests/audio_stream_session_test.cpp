@@ -2,7 +2,8 @@
 // eg_session_end_audio) on tiny-gemma4-mm: a clip streamed in 100 ms chunks while the user types
 // gives the blocks add_audio() of the whole clip gives (soft tokens bit for bit) and the same
 // answer; completed 30 s segments are encoded and prefilled before the clip ends; the clip ends by
-// itself at chat() and before an attached image; bad chunks are clear errors that keep nothing.
+// itself at chat() and before an attached image; a rest under one frame is dropped as add_audio
+// drops it; bad chunks are clear errors that keep nothing.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -145,6 +146,22 @@ TEST(AudioStreamSession, ClipEndsAtChatAndBeforeAnImage) {
     EXPECT_EQ(r.ids, want.ids);
     EXPECT_EQ(s.context_tokens(), ref.context_tokens());
   }
+}
+
+// 30 s + 100 samples: one whole segment, and a rest under one frame that add_audio drops too.
+TEST(AudioStreamSession, RestUnderOneFrameIsDroppedAsByAddAudio) {
+  const std::vector<float> x = clip(30.0 + 100.0 / 16000, 16000, 13);
+  Session ref(mm(), greedy_opts());
+  ref.add_audio(audio::Pcm{x, 16000});
+  const TurnResult want = ref.chat("Hi", n_tokens(4));
+  Session s(mm(), greedy_opts());
+  stream(s, x, 16000, "");
+  s.end_audio();
+  const TurnResult r = s.chat("Hi", n_tokens(4));
+  ASSERT_EQ(s.messages()[0].images.size(), 1u);
+  expect_same_blocks(s.messages()[0], ref.messages()[0]);
+  EXPECT_EQ(r.ids, want.ids);
+  EXPECT_EQ(r.stats.audio_soft_tokens, 750);
 }
 
 TEST(AudioStreamSession, BadChunksAndClipsAreErrorsThatKeepNothing) {
