@@ -7,9 +7,13 @@
 #include <cstring>
 #include <filesystem>
 
+#include "audio/audio.h"
 #include "core/error.h"
+#include "engine/audio_prompt.h"
+#include "engine/image_prompt.h"
 #include "engine/memory_budget.h"
 #include "session_test_util.h"
+#include "vision/image.h"
 
 namespace {
 
@@ -94,3 +98,60 @@ TEST(SessionBudget, TooSmallBudgetFailsWithNumbersAndLargestContext) {
 }
 
 }  // namespace
+
+// The media towers count: decoder + vision tower + audio tower = the file's data (tiny-gemma4-mm,
+// computed from the file), and a budget that fits the text model but not a tower refuses the
+// session's first image / clip with the numbers, attaching nothing; one byte more fits.
+TEST(SessionBudget, MediaTowersCountInTheBudget) {
+  auto lm = model("tiny-gemma4-mm");
+  const std::string dir = egtest::shared_dir() + "/models/tiny-gemma4-mm";
+  const size_t vis = lm->image_encoder().weight_bytes(), aud = lm->audio_encoder().weight_bytes();
+  EXPECT_GT(vis, 0u);
+  EXPECT_GT(aud, 0u);
+  EXPECT_EQ(eg::weights_resident_bytes(lm->model()) + vis + aud, safetensors_data_bytes(dir + "/model.safetensors"));
+  eg::SessionOptions o;
+  o.context_tokens = 256;
+  o.kv.max_tokens = 256;
+  const eg::MemoryEstimate e = eg::estimate_memory(lm->model(), 256, o.kv, eg::Session::kSyncChunkTokens);
+  const auto img = eg::vision::load_image_file(dir + "/inputs/img_gradient_224x224.png");
+  const eg::audio::Pcm clip{std::vector<float>(16000, 0.25f), 16000};
+  {
+    o.memory_budget_bytes = e.total() + vis - 1;
+    eg::Session s(lm, o);  // the text model fits
+    try {
+      s.add_image(img);
+      FAIL() << "no error";
+    } catch (const eg::Error& err) {
+      EXPECT_NE(std::string(err.what()).find("too small for the vision tower"), std::string::npos) << err.what();
+      EXPECT_NE(std::string(err.what()).find(std::to_string(e.total() + vis) + " bytes"), std::string::npos)
+          << err.what();
+    }
+    EXPECT_EQ(s.pending_images(), 0u);
+    if (aud < vis) {  // the audio tower alone fits the same budget
+      s.add_audio(clip);
+      EXPECT_EQ(s.pending_audio(), 1u);
+    } else {
+      EXPECT_THROW(s.add_audio(clip), eg::Error);
+    }
+  }
+  {
+    o.memory_budget_bytes = e.total() + vis;
+    eg::Session s(lm, o);
+    s.add_image(img);
+    s.add_image(img);  // counted once
+    EXPECT_EQ(s.pending_images(), 2u);
+    EXPECT_THROW(s.add_audio(clip), eg::Error);  // vision + audio do not fit
+    const std::vector<float> x(1600, 0.1f);
+    EXPECT_THROW(s.append_audio(x.data(), x.size(), 16000), eg::Error);
+    EXPECT_FALSE(s.streaming_audio());
+    EXPECT_EQ(s.pending_audio(), 0u);
+  }
+  {
+    o.memory_budget_bytes = e.total() + vis + aud;
+    eg::Session s(lm, o);
+    s.add_image(img);
+    s.add_audio(clip);
+    EXPECT_EQ(s.pending_images(), 1u);
+    EXPECT_EQ(s.pending_audio(), 1u);
+  }
+}

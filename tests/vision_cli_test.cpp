@@ -70,9 +70,12 @@ TEST(VisionCli, ChatImageCommandAnswersAsRun) {
                                 "--ignore-eos", "--kv-type", "f32", "--temp", "0"});
     ASSERT_EQ(run.exit_code, 0) << run.err;
     auto chat = egtest::run_cmd({cli, "chat", "-m", M, "-n", "12", "--ignore-eos", "--kv-type", "f32", "--temp", "0"},
-                                "/image " + img + "\nDescribe this.\n");
+                                "/image " + img + "\nDescribe this.\n/stats\n");
     ASSERT_EQ(chat.exit_code, 0) << chat.err;
     EXPECT_NE(chat.out.find("(image 1 attached to your next message"), std::string::npos) << chat.out;
+    // /stats names the turn's image: its soft tokens (Gemma 3: mm_tokens_per_image = 16) and encode time.
+    const bool g3 = M == egtest::g3v_dir();
+    EXPECT_NE(chat.out.find(g3 ? "| images: 1 (16 soft tokens, " : "| images: 1 ("), std::string::npos) << chat.out;
     EXPECT_NE(chat.out.find(run.out), std::string::npos) << "run: " << run.out << "\nchat: " << chat.out;
   }
   // A text-only model: a clear error, and the conversation goes on without the image.

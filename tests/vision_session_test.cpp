@@ -4,6 +4,7 @@
 // buffers, saving). References come from the fixtures (reference.json), never from the Session.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -84,6 +85,52 @@ TEST(VisionSession, ChatWithAnImageMatchesTransformers) {
     EXPECT_EQ(fresh.chat("And this one?", n_tokens(8)).ids, r2.ids);
     // Saving a conversation with images is refused (the images are not stored) and harmless.
     EXPECT_THROW(s.save(egtest::make_temp_dir() + "/img.session"), Error);
+  }
+}
+
+// The "0 token" image: attached when typing starts, encoded and prefilled while the question is
+// typed, the prompt's logits and the answer are those of the image attached at Enter (and of a
+// session given the whole message at once), bit for bit with F32 KV.
+TEST(VisionSession, ImageAttachedWhileTypingEqualsAttachedAtEnter) {
+  for (Fx f : kFixtures) {
+    SCOPED_TRACE(f.name);
+    f.dir = egtest::shared_dir() + "/models/" + f.name;
+    const auto img = vision::load_image_file(f.dir + "/inputs/" + f.image);
+    const std::string q = "What is in the picture, and which colours does it have?";
+    auto type = [&](Session& s) {
+      for (size_t i = 1; i <= q.size(); ++i) s.update_input(q.substr(0, i));
+    };
+    Session early(sessiontest::model(f.name), greedy_opts(5));
+    early.add_image(img);
+    type(early);
+    early.wait_idle();
+    const int cached_before_enter = early.cached_tokens();
+    const std::vector<float> early_logits = early.prefill();
+
+    Session late(sessiontest::model(f.name), greedy_opts(5));
+    type(late);
+    late.wait_idle();
+    late.add_image(img);
+    const std::vector<float> late_logits = late.prefill();
+
+    Session whole(sessiontest::model(f.name), greedy_opts());
+    whole.add_message("user", q, {whole.encode_image(img)});
+    const std::vector<float> whole_logits = whole.prefill();
+
+    EXPECT_GT(cached_before_enter, early.count_prompt_tokens(q) - 12);  // only the tail was left
+    EXPECT_EQ(early_logits, late_logits);
+    EXPECT_EQ(early_logits, whole_logits);
+    const TurnResult a = early.chat(q, n_tokens(8)), b = late.chat(q, n_tokens(8));
+    EXPECT_EQ(a.ids, b.ids);
+    EXPECT_EQ(early.context_tokens(), late.context_tokens());
+    // The turn's stats name its image: soft tokens = the placeholder run in the prompt.
+    const Tokenizer& tok = sessiontest::model(f.name)->tokenizer();
+    const int32_t ph = tok.token_id(f.name == "tiny-gemma3-vision" ? "<image_soft_token>" : "<|image|>");
+    const auto& ctx = early.context_tokens();
+    EXPECT_EQ(a.stats.images, 1);
+    EXPECT_EQ(a.stats.image_soft_tokens, static_cast<int>(std::count(ctx.begin(), ctx.end(), ph)));
+    EXPECT_GT(a.stats.image_encode_ms, 0.0);
+    EXPECT_EQ(a.stats.audio_clips, 0);
   }
 }
 

@@ -123,7 +123,10 @@ int eg_session_add_message(eg_session* session, const char* role, const char* co
  * prefilling in the background at once, so after the user presses Enter only the text remains.
  * Fails with EG_ERR_FAILED, changing nothing, when the model has no vision tower ("this model has
  * no vision tower": a text-only model, or a GGUF file without an mmproj), in raw mode, or for a bad image; a session
- * with images cannot be saved (eg_session_save fails) yet.
+ * with images cannot be saved (eg_session_save fails) yet. With a memory budget
+ * (memory_budget_bytes), the vision tower's weights count from the session's first image: one that
+ * does not fit fails with EG_ERR_FAILED ("... too small for the vision tower: ..."); the same holds
+ * for the audio tower and the first clip (eg_session_add_audio*, eg_session_append_audio).
  *
  * eg_session_add_image: an image file (JPEG, PNG, WebP, GIF first frame, BMP; the format is read
  * from its bytes; EXIF orientation applied). Unreadable, truncated, corrupt, zero-size files and
@@ -153,6 +156,27 @@ int eg_session_add_image_rgb(eg_session* session, const uint8_t* pixels, int32_t
  * fail with EG_ERR_INVALID_ARGUMENT; a non-finite sample with EG_ERR_FAILED. */
 int eg_session_add_audio(eg_session* session, const char* path);
 int eg_session_add_audio_pcm(eg_session* session, const float* samples, int64_t n_samples, int32_t sample_rate);
+/* Streaming audio (encode while the user speaks; docs/audio.md). Chat mode: hands the clip being
+ * recorded to the message being typed, chunk by chunk, as it arrives from the microphone. The first
+ * call opens the clip; eg_session_end_audio() ends it (as do eg_session_generate, eg_session_chat,
+ * eg_session_add_image* and eg_session_add_audio*, which end an open clip first). Each time 30 s of
+ * the clip are complete, the audio tower encodes them in the session's background thread and their
+ * block prefills, so when the user stops talking only the last (under 30 s) part and the text
+ * remain. The result is exactly that of eg_session_add_audio_pcm with the whole clip.
+ *
+ * eg_session_append_audio: `frames` frames of `channels` interleaved float samples (nominally in
+ * [-1, 1]; channels are averaged to mono) at sample_rate Hz, copied during the call, which returns
+ * at once (only the resampling to 16 kHz runs on the calling thread). Every chunk of one clip has
+ * the same rate. frames = 0 does nothing. NULL pcm with frames > 0, channels outside [1, 64], a rate
+ * outside [1000, 384000] fail with EG_ERR_INVALID_ARGUMENT; a rate other than the open clip's, a
+ * non-finite sample, a clip longer than 10 minutes, a model without an audio tower or raw mode fail
+ * with EG_ERR_FAILED, keeping nothing of the chunk (the clip stays open).
+ *
+ * eg_session_end_audio: ends the open clip: encodes its last part during the call (and waits for
+ * parts still being encoded), then its block starts prefilling in the background. No clip open:
+ * EG_OK, nothing happens. A clip of under 10 ms in all fails with EG_ERR_FAILED and is discarded. */
+int eg_session_append_audio(eg_session* session, const float* pcm, size_t frames, int channels, int sample_rate);
+int eg_session_end_audio(eg_session* session);
 /* Raw mode: appends text to the context and prefills it (an empty context gets exactly one <bos>
  * first, whatever the tokenizer's add_bos_token says; chat mode prompts start with one too). */
 int eg_session_append_text(eg_session* session, const char* text);

@@ -273,6 +273,33 @@ int eg_session_add_audio_pcm(eg_session* session, const float* samples, int64_t 
   });
 }
 
+int eg_session_append_audio(eg_session* session, const float* pcm, size_t frames, int channels, int sample_rate) {
+  EG_SESSION("eg_session_append_audio");
+  EG_REQUIRE(pcm != nullptr || frames == 0, "eg_session_append_audio: pcm must not be NULL");
+  EG_REQUIRE(channels >= 1 && channels <= 64, "eg_session_append_audio: channels must be in [1, 64]");
+  EG_REQUIRE(sample_rate >= 1000 && sample_rate <= 384000,
+             "eg_session_append_audio: sample_rate must be in [1000, 384000]");
+  EG_REQUIRE(static_cast<double>(frames) / sample_rate <= eg::audio::kDefaultMaxSeconds,
+             "eg_session_append_audio: the chunk is longer than 600 s");
+  return guarded([&] {
+    if (frames == 0) {
+      session->s->append_audio(nullptr, 0, sample_rate);  // checks the model and the rate only
+      return EG_OK;
+    }
+    const eg::audio::Pcm mono = eg::audio::downmix(pcm, frames * static_cast<size_t>(channels), channels, sample_rate);
+    session->s->append_audio(mono.samples.data(), mono.samples.size(), sample_rate);
+    return EG_OK;
+  });
+}
+
+int eg_session_end_audio(eg_session* session) {
+  EG_SESSION("eg_session_end_audio");
+  return guarded([&] {
+    session->s->end_audio();
+    return EG_OK;
+  });
+}
+
 int eg_session_append_text(eg_session* session, const char* text) {
   EG_SESSION("eg_session_append_text");
   EG_REQUIRE(text != nullptr, "eg_session_append_text: text must not be NULL");

@@ -87,7 +87,22 @@ std::string stats_text(const SessionStats& st) {
                 st.generated_tokens, st.decode_tok_s, st.dropped_messages, st.context_used, st.context_size,
                 format_bytes(st.kv_bytes).c_str(), format_bytes(peak_rss_bytes()).c_str(),
                 cpu::num_threads());
-  return buf;
+  std::string s = buf;
+  if (st.images > 0 || st.audio_clips > 0) {  // the media of that turn's message
+    s.pop_back();
+    if (st.images > 0) {
+      std::snprintf(buf, sizeof buf, " | images: %d (%d soft tokens, %.0f ms to encode)", st.images,
+                    st.image_soft_tokens, st.image_encode_ms);
+      s += buf;
+    }
+    if (st.audio_clips > 0) {
+      std::snprintf(buf, sizeof buf, " | audio clips: %d (%d soft tokens, %.0f ms to encode)", st.audio_clips,
+                    st.audio_soft_tokens, st.audio_encode_ms);
+      s += buf;
+    }
+    s += "\n";
+  }
+  return s;
 }
 
 class Repl {

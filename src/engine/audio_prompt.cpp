@@ -105,7 +105,11 @@ std::string AudioEncoder::expanded_marker(const std::vector<int>& segments) cons
 std::vector<std::shared_ptr<SessionImage>> encode_session_audio(const AudioEncoder& enc, const audio::Pcm& pcm,
                                                                 int hidden_size) {
   const std::vector<int> seg = enc.tokens_for(static_cast<int64_t>(pcm.samples.size()));
+  const auto t0 = std::chrono::steady_clock::now();
   const std::vector<float> soft = enc.encode(pcm);
+  const double ms = ms_since(t0);
+  int total = 0;
+  for (int n : seg) total += n;
   std::vector<std::shared_ptr<SessionImage>> out;
   size_t row = 0;
   for (int n : seg) {
@@ -114,6 +118,7 @@ std::vector<std::shared_ptr<SessionImage>> encode_session_audio(const AudioEncod
     im->id = next_image_id();
     im->bidirectional = false;
     im->audio = true;
+    im->encode_ms = total > 0 ? ms * n / total : 0;  // the clip's time, shared by its blocks' sizes
     const size_t len = static_cast<size_t>(n) * hidden_size;
     if (row + len > soft.size()) throw Error("internal: the audio tower gave too few soft tokens");
     im->soft.assign(soft.begin() + row, soft.begin() + row + len);

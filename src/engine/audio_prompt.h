@@ -42,6 +42,8 @@ class AudioEncoder {
   std::string expanded_marker(const std::vector<int>& segments) const;
   const audio::AudioConfig& config() const { return ac_; }
   size_t weight_bytes() const { return tower_->weight_bytes(); }
+  /// 16 kHz samples of one segment (30 s: transformers' cap; longer clips are split).
+  int64_t segment_samples() const { return fe_->config().max_samples; }
   /// Longest clip accepted, seconds.
   double max_seconds() const { return max_seconds_; }
 

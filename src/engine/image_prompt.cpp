@@ -1,5 +1,7 @@
 #include "engine/image_prompt.h"
 
+#include <chrono>
+
 #include <atomic>
 #include <filesystem>
 
@@ -139,8 +141,10 @@ uint64_t next_image_id() {
 std::shared_ptr<SessionImage> encode_session_image(const ImageEncoder& enc, const vision::RgbImage& img,
                                                    int hidden_size) {
   auto im = std::make_shared<SessionImage>();
+  const auto t0 = std::chrono::steady_clock::now();
   im->n = enc.tokens_for(img);
   im->soft = enc.encode(img);
+  im->encode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   im->bidirectional = enc.bidirectional();
   im->id = next_image_id();
   if (im->soft.size() != static_cast<size_t>(im->n) * hidden_size)

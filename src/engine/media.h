@@ -14,6 +14,7 @@ struct SessionImage {
   std::vector<float> soft;  // [n, H] f32 (the text model's hidden size)
   bool bidirectional = false;  // Gemma 3: the n rows see each other during prefill
   bool audio = false;          // an audio block (one ≤ 30 s segment of a clip), not an image
+  double encode_ms = 0;        // time the processor / feature extractor and the tower took for it
 };
 
 /// The image whose n soft tokens replace the placeholder ids at [begin, begin + n) of a prompt.

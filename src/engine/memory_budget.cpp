@@ -109,6 +109,19 @@ void check_memory_budget(const Model& model, size_t budget_bytes, int context_to
   throw Error(msg);
 }
 
+void check_tower_budget(const Model& model, size_t budget_bytes, int context_tokens, const KVCacheOptions& kv,
+                        int chunk_tokens, size_t tower_bytes, const std::string& tower) {
+  if (budget_bytes == 0) return;
+  const MemoryEstimate e = estimate_memory(model, context_tokens, kv, chunk_tokens);
+  const size_t total = e.total() + tower_bytes;
+  if (total <= budget_bytes) return;
+  std::string d = e.describe(context_tokens);
+  d = d.substr(0, d.rfind(" = "));
+  throw Error("memory budget " + format_bytes(budget_bytes) + " (" + std::to_string(budget_bytes) +
+              " bytes) is too small for the " + tower + ": " + d + " + towers " + format_bytes(tower_bytes) + " = " +
+              format_bytes(total) + " (" + std::to_string(total) + " bytes)");
+}
+
 namespace {
 std::atomic<unsigned> touch_sink{0};
 }  // namespace

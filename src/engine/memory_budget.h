@@ -51,6 +51,13 @@ int max_context_for_budget(const Model& model, size_t budget_bytes, const KVCach
 void check_memory_budget(const Model& model, size_t budget_bytes, int context_tokens,
                          const KVCacheOptions& kv, int chunk_tokens);
 
+/// The media towers a session uses count too (their weights; the towers' activation buffers are
+/// not estimated): throws eg::Error when estimate_memory(...) + tower_bytes exceeds budget_bytes
+/// (> 0): "memory budget 100.0 MiB is too small for the vision tower: weights ... + KV ... +
+/// scratch ... + towers 12.0 MiB = ...". `tower` names the tower being added. 0: no check.
+void check_tower_budget(const Model& model, size_t budget_bytes, int context_tokens, const KVCacheOptions& kv,
+                        int chunk_tokens, size_t tower_bytes, const std::string& tower);
+
 /// Reads one byte per 4 KiB page of every tensor the forward pass reads, so later passes do not
 /// page-fault on the mapping. Returns the bytes covered.
 size_t touch_weights(const Model& model);

@@ -114,20 +114,35 @@ void Session::add_message(const std::string& role, const std::string& content,
   messages_.push_back(ChatMessage{role, content, std::move(images)});
 }
 
+void Session::count_tower(bool audio) const {
+  bool& counted = audio ? audio_counted_ : vision_counted_;
+  if (counted || opt_.memory_budget_bytes == 0) return;
+  const size_t bytes = audio ? lm_->audio_encoder().weight_bytes() : lm_->image_encoder().weight_bytes();
+  check_tower_budget(lm_->model(), opt_.memory_budget_bytes, ctx_, opt_.kv,
+                     std::max(kSyncChunkTokens, opt_.prefill_chunk_tokens), tower_bytes_ + bytes,
+                     audio ? "audio tower" : "vision tower");
+  tower_bytes_ += bytes;
+  counted = true;
+}
+
 std::shared_ptr<const SessionImage> Session::encode_image(const vision::RgbImage& image) const {
+  count_tower(false);
   // "this model has no vision tower" for a text-only model.
   return encode_session_image(lm_->image_encoder(), image, lm_->model().config().hidden_size);
 }
 
 void Session::add_image(const vision::RgbImage& image) {
   if (!opt_.chat) throw Error("session: images need chat mode");
-  draft_images_.push_back(encode_image(image));
+  auto im = encode_image(image);
+  end_audio();  // a streamed clip comes before this image
+  draft_images_.push_back(std::move(im));
   update_input(draft_);  // the image block prefills in the background while the user types
 }
 
 std::vector<std::shared_ptr<const SessionImage>> Session::encode_audio(const audio::Pcm& pcm) const {
   // "this model has no audio tower" for a model without one; other rates are resampled first.
   const AudioEncoder& enc = lm_->audio_encoder();
+  count_tower(true);
   auto segs = encode_session_audio(enc, audio::to_model_rate(pcm), lm_->model().config().hidden_size);
   return {segs.begin(), segs.end()};
 }
@@ -135,6 +150,7 @@ std::vector<std::shared_ptr<const SessionImage>> Session::encode_audio(const aud
 void Session::add_audio(const audio::Pcm& pcm) {
   if (!opt_.chat) throw Error("session: audio needs chat mode");
   auto segs = encode_audio(pcm);
+  end_audio();  // a streamed clip comes before this one
   draft_images_.insert(draft_images_.end(), segs.begin(), segs.end());
   ++draft_clips_;
   update_input(draft_);  // the audio blocks prefill in the background while the user types
@@ -230,6 +246,7 @@ int Session::count_prompt_tokens(const std::string& draft) const {
 }
 
 void Session::reset() {
+  discard_stream();
   stop_worker_job();
   messages_.clear();
   context_.clear();
@@ -269,6 +286,8 @@ bool Session::sync_cache(const Prompt& target, int upto, const std::atomic<bool>
   const int H = lm_->model().config().hidden_size;
   std::vector<uint64_t> keys(target.size(), 0);  // per position: the image id, 0 for text
   for (const Media& m : target.media) {
+    if (m.image->soft.size() != static_cast<size_t>(m.image->n) * H)  // e.g. a streamed segment that failed
+      throw Error("session: a media block has no soft tokens (its encoding failed)");
     std::fill(keys.begin() + m.begin, keys.begin() + m.begin + m.image->n, m.image->id);
     // A bidirectional block is prefilled whole or not at all.
     if (m.image->bidirectional && m.begin < upto && upto < m.begin + m.image->n) upto = m.begin;
@@ -335,8 +354,29 @@ void Session::worker_main() {
   set_threads();
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
-    cv_.wait(lk, [&] { return job_pending_ || shutdown_; });
+    cv_.wait(lk, [&] { return job_pending_ || !encode_queue_.empty() || shutdown_; });
     if (shutdown_) return;
+    if (!encode_queue_.empty()) {  // streamed audio segments first: the jobs' targets show them
+      EncodeTask task = std::move(encode_queue_.front());
+      encode_queue_.erase(encode_queue_.begin());
+      worker_busy_ = true;
+      lk.unlock();
+      std::string err;
+      try {
+        auto segs = encode_session_audio(lm_->audio_encoder(), audio::Pcm{std::move(task.pcm16k), audio::kModelRate},
+                                         lm_->model().config().hidden_size);
+        if (segs.size() != 1 || segs[0]->n != task.out->n) throw Error("internal: a streamed segment changed size");
+        task.out->soft = std::move(segs[0]->soft);
+        task.out->encode_ms = segs[0]->encode_ms;
+      } catch (const std::exception& e) {
+        err = e.what();
+      }
+      lk.lock();
+      if (!err.empty() && encode_error_.empty()) encode_error_ = err;
+      worker_busy_ = false;
+      cv_.notify_all();
+      continue;
+    }
     Prompt target = std::move(job_target_);
     const int upto = job_upto_;
     job_pending_ = false;
@@ -359,13 +399,13 @@ void Session::stop_worker_job() {
   std::unique_lock<std::mutex> lk(mu_);
   job_pending_ = false;
   job_cancel_ = true;
-  cv_.wait(lk, [&] { return !worker_busy_; });
+  cv_.wait(lk, [&] { return !worker_busy_ && encode_queue_.empty(); });
 }
 
 void Session::wait_idle() {
   if (!worker_.joinable()) return;
   std::unique_lock<std::mutex> lk(mu_);
-  cv_.wait(lk, [&] { return !job_pending_ && !worker_busy_; });
+  cv_.wait(lk, [&] { return !job_pending_ && !worker_busy_ && encode_queue_.empty(); });
 }
 
 void Session::update_input(const std::string& text) {
@@ -388,7 +428,7 @@ void Session::update_input(const std::string& text) {
     upto = std::max(upto, std::min(static_cast<size_t>(m.begin + m.image->n + 1), target.size()));
   }
   upto = std::min(upto, static_cast<size_t>(ctx_));
-  if (!worker_.joinable()) worker_ = std::thread([this] { worker_main(); });
+  ensure_worker();
   {
     std::lock_guard<std::mutex> lk(mu_);
     job_target_ = std::move(target);
@@ -397,6 +437,10 @@ void Session::update_input(const std::string& text) {
     job_cancel_ = true;  // supersede the running job after its current chunk
   }
   cv_.notify_all();
+}
+
+void Session::ensure_worker() {
+  if (!worker_.joinable()) worker_ = std::thread([this] { worker_main(); });
 }
 
 void Session::cancel() {

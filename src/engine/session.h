@@ -61,6 +61,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/audio_stream.h"
 #include "engine/loaded_model.h"
 #include "engine/media.h"
 #include "engine/sampler.h"
@@ -111,7 +112,9 @@ struct SessionOptions {
   OverflowPolicy overflow = OverflowPolicy::DropOldestTurns;
   /// Bytes the session may use (model weights resident + KV for context_tokens + scratch);
   /// 0 = no limit. Checked in the constructor (memory_budget.h): over budget is an eg::Error
-  /// with the numbers and the largest context that would fit.
+  /// with the numbers and the largest context that would fit. A media tower's weights count from
+  /// the first image / clip the session encodes: one that does not fit is an eg::Error there
+  /// ("... is too small for the vision tower: ..."), and nothing is attached.
   size_t memory_budget_bytes = 0;
   /// CPU threads for this session's forward passes; 0 = the process default.
   int threads = 0;
@@ -139,6 +142,12 @@ struct SessionStats {
   int context_used = 0;      // tokens in the context after the call
   int context_size = 0;
   size_t kv_bytes = 0;       // KV cache bytes allocated
+  // Media of this turn's user message (the draft: add_image / add_audio / append_audio): count,
+  // soft tokens, and the time their towers took (at attach or in the background: not part of
+  // ttft_ms unless a streamed clip's last segment was encoded by this call).
+  int images = 0, image_soft_tokens = 0;
+  int audio_clips = 0, audio_soft_tokens = 0;
+  double image_encode_ms = 0, audio_encode_ms = 0;
 };
 
 struct TurnResult {
@@ -200,7 +209,28 @@ class Session {
   /// attached. Throws eg::Error for a model without an audio tower ("this model has no audio
   /// tower"), in raw mode, or for a clip that is too short / too long; nothing changes then.
   void add_audio(const audio::Pcm& pcm);
-  /// Audio clips attached to the draft so far.
+  /// Chat mode: streams an audio clip to the draft as it is recorded: n mono samples at `rate` Hz
+  /// (the clip's rate: every chunk of one clip has the same rate). The first call opens the clip;
+  /// it ends with end_audio(), or by itself at the next generate()/chat()/prefill()/add_image()/
+  /// add_audio(). The samples are resampled to 16 kHz as they come; each time a whole 30 s
+  /// segment is complete, the audio tower encodes it on the session's background thread and the
+  /// background prefill continues through its block, so when the user stops talking only the last
+  /// (partial) segment and the text remain. Exact: the ended clip's blocks are those add_audio()
+  /// of the whole clip gives, bit for bit (tests/audio_stream_session_test.cpp). Returns at once (the
+  /// resampling of the chunk is the only work done on the calling thread). Throws eg::Error,
+  /// keeping nothing of the chunk, for a model without an audio tower, raw mode, a rate outside
+  /// [1000, 384000] or other than the open clip's, a non-finite sample, or a clip that would
+  /// exceed the 10-minute limit. n = 0 does nothing.
+  void append_audio(const float* pcm, size_t n, int rate);
+  /// Ends the clip opened by append_audio(): encodes its last segment (now, on the calling thread;
+  /// waits for segments still being encoded in the background) and starts the background prefill
+  /// of its block. The clip then counts in pending_audio(). Nothing open: does nothing. Throws
+  /// eg::Error for a clip shorter than 10 ms in all (the clip is discarded), or when encoding a
+  /// segment failed (the clip is discarded).
+  void end_audio();
+  /// A clip opened by append_audio() has not ended yet.
+  bool streaming_audio() const { return stream_ != nullptr; }
+  /// Audio clips attached to the draft so far (a clip being streamed counts once it ends).
   size_t pending_audio() const { return draft_clips_; }
   /// Encodes a clip with the model's audio tower, one SessionImage (audio = true) per segment, for
   /// ChatMessage::images of add_message. Throws eg::Error as add_audio.
@@ -330,6 +360,11 @@ class Session {
   ChatMessage draft_message() const { return ChatMessage{"user", draft_, draft_images_}; }
   void set_threads() const;
   void init_kv();
+  void ensure_worker();
+  /// Counts the vision (audio = false) or audio tower's weights in the memory budget the first
+  /// time this session uses it; throws eg::Error (nothing counted) when they do not fit.
+  void count_tower(bool audio) const;
+  void discard_stream();  // drops the open streamed clip and its blocks (under no lock)
   friend struct SessionFile;
 
   std::shared_ptr<const LoadedModel> lm_;
@@ -364,6 +399,21 @@ class Session {
   Prompt job_target_;
   int job_upto_ = 0;
   std::atomic<bool> job_cancel_{false};
+  // Streamed audio (append_audio): the open clip, its blocks in draft_images_ from this index on,
+  // and the completed segments waiting for the tower. The worker encodes every queued segment
+  // before it takes a prefill job; stop_worker_job() waits until the queue is empty, so the
+  // caller thread never reads a block's soft tokens before they are written.
+  struct EncodeTask {
+    std::vector<float> pcm16k;
+    std::shared_ptr<SessionImage> out;
+  };
+  std::unique_ptr<AudioStream> stream_;
+  size_t stream_first_ = 0;
+  std::vector<EncodeTask> encode_queue_;  // under mu_
+  std::string encode_error_;              // under mu_: the first failed background encode
+  // Tower weights counted in the memory budget (count_tower; caller thread only).
+  mutable size_t tower_bytes_ = 0;
+  mutable bool vision_counted_ = false, audio_counted_ = false;
   std::atomic<bool> gen_cancel_{false};
 };
 

@@ -356,6 +356,7 @@ void Session::save(const std::string& path) {
 size_t Session::max_file_bytes() const { return SessionFile::max_file_bytes(*lm_); }
 
 void Session::restore(const std::string& path) {
+  discard_stream();
   stop_worker_job();
   SessionFile::restore(*this, path);
 }

@@ -51,6 +51,7 @@ TurnResult Session::chat(const std::string& user_text, const GenerateParams& par
 }
 
 std::vector<float> Session::prefill() {
+  end_audio();  // a clip being streamed ends here
   stop_worker_job();
   set_threads();
   std::vector<ChatMessage> msgs = messages_;
@@ -86,6 +87,7 @@ TurnResult Session::generate(const GenerateParams& gp, const PieceCallback& on_p
   if (gp.max_new_tokens < 0) throw Error("session: max new tokens must be >= 0");
   StopStringMatcher matcher(gp.stop_strings);
   const auto t0 = std::chrono::steady_clock::now();
+  end_audio();  // a clip being streamed ends here (its last segment is encoded now)
   stop_worker_job();
   gen_cancel_ = false;
   set_threads();
@@ -95,6 +97,14 @@ TurnResult Session::generate(const GenerateParams& gp, const PieceCallback& on_p
   TurnResult r;
   SessionStats& st = r.stats;
   st.context_size = ctx_;
+  if (opt_.chat) {
+    for (const auto& m : draft_images_) {
+      (m->audio ? st.audio_soft_tokens : st.image_soft_tokens) += m->n;
+      (m->audio ? st.audio_encode_ms : st.image_encode_ms) += m->encode_ms;
+      st.images += m->audio ? 0 : 1;
+    }
+    st.audio_clips = static_cast<int>(draft_clips_);
+  }
 
   // The prompt, dropping old turns while prompt + max_new_tokens does not fit.
   std::vector<ChatMessage> msgs = messages_;
