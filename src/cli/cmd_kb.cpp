@@ -72,7 +72,7 @@ int add(const KbArgs& a) {
       const char* what = r.status == kb::AddResult::Status::Unchanged ? "unchanged"
                          : r.status == kb::AddResult::Status::Updated ? "updated" : "added";
       std::printf("%s %s: %zu chunks", what, f.c_str(), r.chunks);
-      if (r.embedded || r.reused) std::printf(" (%zu embedded, %zu vectors kept)", r.embedded, r.reused);
+      if (r.embedded || r.reused) std::printf(" (%zu embedded, %zu vectors reused from the file's previous version)", r.embedded, r.reused);
       std::printf("\n");
       std::fflush(stdout);
     } catch (const Error& e) {
