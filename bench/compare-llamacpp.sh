@@ -14,6 +14,7 @@
 # rounds of each call's median) and the ratio edgegemma / llama.cpp. Both use an F16 KV cache.
 # Build llama.cpp with ../shared/peers/build-llamacpp.sh (never copy its code: we only run it).
 set -euo pipefail
+caller=$PWD
 cd "$(dirname "$0")/.."
 rounds=3 threads=2 reps=3 depth=1024 np=512 ng=128 out=""
 entries=()
@@ -28,13 +29,21 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     -*) echo "compare-llamacpp: unknown option $1" >&2; exit 2 ;;
-    *) entries+=("$1"); shift ;;
+    *) entries+=("$1"); shift ;;  # made absolute below: the script runs from the repository root
   esac
 done
 [ ${#entries[@]} -gt 0 ] || { echo "compare-llamacpp: no model files given (see --help)" >&2; exit 2; }
+abs() { case "$1" in /*) echo "$1" ;; *) echo "$caller/$1" ;; esac; }
+for i in "${!entries[@]}"; do
+  e=${entries[$i]}
+  if [ "${e#*=}" != "$e" ]; then entries[$i]="$(abs "${e%%=*}")=$(abs "${e#*=}")"; else entries[$i]=$(abs "$e"); fi
+  for f in "${entries[$i]%%=*}" "${entries[$i]#*=}"; do
+    [ -e "$f" ] || { echo "compare-llamacpp: no such file or folder: $f" >&2; exit 2; }
+  done
+done
 LLAMA_BENCH=${LLAMA_BENCH:?set LLAMA_BENCH to llama.cpp\'s llama-bench binary}
 [ -x "$LLAMA_BENCH" ] || { echo "compare-llamacpp: $LLAMA_BENCH is not executable" >&2; exit 2; }
-EG=${EG:-build/edgegemma}
+if [ -n "${EG:-}" ]; then EG=$(abs "$EG"); else EG=build/edgegemma; fi
 [ -x "$EG" ] || { echo "compare-llamacpp: $EG not built (scripts/setup)" >&2; exit 2; }
 depths="0"; [ "$depth" -gt 0 ] && depths="0 $depth"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
@@ -46,11 +55,13 @@ for ((r = 1; r <= rounds; r++)); do
     for d in $depths; do
       echo "round $r/$rounds: edgegemma $ours d$d" >&2
       OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive} "$EG" bench -m "$ours" -p "$np" -n "$ng" --depth "$d" \
-        -t "$threads" -r "$reps" --kv-type f16 --json 2>/dev/null > "$work/eg-$key-$d-$r.json"
+        -t "$threads" -r "$reps" --kv-type f16 --json 2>"$work/err" > "$work/eg-$key-$d-$r.json" ||
+        { echo "compare-llamacpp: edgegemma bench failed on $ours:" >&2; grep -v '^bench: ' "$work/err" >&2; exit 1; }
     done
     echo "round $r/$rounds: llama.cpp $theirs" >&2
     "$LLAMA_BENCH" -m "$theirs" -p "$np" -n "$ng" -d "${depths// /,}" -t "$threads" -r "$reps" -o json \
-      2>/dev/null > "$work/ll-$key-$r.json"
+      2>"$work/err" > "$work/ll-$key-$r.json" ||
+      { echo "compare-llamacpp: llama-bench failed on $theirs:" >&2; tail -5 "$work/err" >&2; exit 1; }
   done
 done
 

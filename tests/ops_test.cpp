@@ -260,4 +260,31 @@ TEST(Kernels, Dot4EqualsDotBitwise) {
   }
 }
 
+
+// add_scaled_rows against the scalar definition (o += p * v, two roundings) bit for bit, and
+// against float64 (relative to the magnitudes), for every row count 1..9 and odd lengths.
+TEST(Kernels, AddScaledRowsEqualsScalarLoop) {
+  for (size_t n : {1u, 15u, 16u, 17u, 63u, 256u, 301u}) {
+    for (int m = 1; m <= 9; ++m) {
+      std::vector<float> v = randn(n, static_cast<uint32_t>(n * 7 + m));
+      std::vector<float> p = randn(static_cast<size_t>(m), static_cast<uint32_t>(m + 3));
+      std::vector<float> o = randn(static_cast<size_t>(m) * n, static_cast<uint32_t>(n + 11 * m));
+      std::vector<float> want = o;
+      std::vector<float*> outs;
+      for (int j = 0; j < m; ++j) outs.push_back(o.data() + j * n);
+      eg::cpu::add_scaled_rows(outs.data(), p.data(), m, v.data(), n);
+      for (int j = 0; j < m; ++j)
+        for (size_t i = 0; i < n; ++i) {
+          volatile float prod = p[j] * v[i];  // rounded on its own, as the definition says
+          want[j * n + i] = want[j * n + i] + prod;
+          const double exact = static_cast<double>(o[j * n + i]);
+          EXPECT_EQ(o[j * n + i], want[j * n + i]) << "n " << n << " m " << m << " j " << j << " i " << i;
+          const double ref = static_cast<double>(want[j * n + i]);
+          EXPECT_NEAR(exact, ref, 1e-6 * (1.0 + std::fabs(ref)));
+        }
+      EXPECT_NE(o[0], want[0] - p[0] * v[0]);  // the call changed the rows (p, v non-zero)
+    }
+  }
+}
+
 }  // namespace

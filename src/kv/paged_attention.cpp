@@ -122,12 +122,21 @@ void attend_group(const QueryRef* qs, int nq, int64_t kvh, const KVLayerView& kv
     const uint8_t* page = kv.pages[kp / P];
     const size_t row = static_cast<size_t>((kp % P) * KVH + kvh);
     const float* vr = row_f32(kv, page, kv.v_off, kv.vs_off, row, vbuf.data());
+    // out += p·v for every query that sees kp, the same two roundings as `o += p * v` per element.
+    constexpr int kBatch = 16;
+    float* outs[kBatch];
+    float ps[kBatch];
+    int m = 0;
     for (int i = 0; i < nq; ++i) {
       if (kp < qs[i].first || kp > qs[i].last) continue;
-      const float pj = scores[i * span + (kp - lo)];
-      float* oh = qs[i].out;
-      for (int64_t d = 0; d < D; ++d) oh[d] += pj * vr[d];
+      outs[m] = qs[i].out;
+      ps[m++] = scores[i * span + (kp - lo)];
+      if (m == kBatch) {
+        cpu::add_scaled_rows(outs, ps, m, vr, static_cast<size_t>(D));
+        m = 0;
+      }
     }
+    if (m > 0) cpu::add_scaled_rows(outs, ps, m, vr, static_cast<size_t>(D));
   }
 }
 

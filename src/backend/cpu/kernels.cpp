@@ -128,6 +128,41 @@ void Dot4(const float* const* x, const void* w, DType t, size_t n, float* out) {
   }
 }
 
+void AddScaledRows(float* const* outs, const float* p, int m, const float* HWY_RESTRICT v, size_t n) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  int j = 0;
+  for (; j + 4 <= m; j += 4) {
+    float* HWY_RESTRICT o0 = outs[j];
+    float* HWY_RESTRICT o1 = outs[j + 1];
+    float* HWY_RESTRICT o2 = outs[j + 2];
+    float* HWY_RESTRICT o3 = outs[j + 3];
+    const auto p0 = hn::Set(df, p[j]), p1 = hn::Set(df, p[j + 1]);
+    const auto p2 = hn::Set(df, p[j + 2]), p3 = hn::Set(df, p[j + 3]);
+    size_t i = 0;
+    for (; i + N <= n; i += N) {
+      const auto vv = hn::LoadU(df, v + i);
+      hn::StoreU(hn::Add(hn::LoadU(df, o0 + i), hn::Mul(p0, vv)), df, o0 + i);
+      hn::StoreU(hn::Add(hn::LoadU(df, o1 + i), hn::Mul(p1, vv)), df, o1 + i);
+      hn::StoreU(hn::Add(hn::LoadU(df, o2 + i), hn::Mul(p2, vv)), df, o2 + i);
+      hn::StoreU(hn::Add(hn::LoadU(df, o3 + i), hn::Mul(p3, vv)), df, o3 + i);
+    }
+    for (; i < n; ++i) {
+      o0[i] += p[j] * v[i];
+      o1[i] += p[j + 1] * v[i];
+      o2[i] += p[j + 2] * v[i];
+      o3[i] += p[j + 3] * v[i];
+    }
+  }
+  for (; j < m; ++j) {
+    float* HWY_RESTRICT o = outs[j];
+    const auto pj = hn::Set(df, p[j]);
+    size_t i = 0;
+    for (; i + N <= n; i += N) hn::StoreU(hn::Add(hn::LoadU(df, o + i), hn::Mul(pj, hn::LoadU(df, v + i))), df, o + i);
+    for (; i < n; ++i) o[i] += p[j] * v[i];
+  }
+}
+
 template <typename W>
 HWY_INLINE void ToF32T(const W* src, size_t n, float* dst) {
   const DF df;
@@ -157,6 +192,7 @@ namespace eg::cpu {
 HWY_EXPORT(Dot);
 HWY_EXPORT(Dot4);
 HWY_EXPORT(ToF32);
+HWY_EXPORT(AddScaledRows);
 HWY_EXPORT(TargetName);
 
 float dot(const float* x, const void* w, DType wtype, size_t n) {
@@ -164,6 +200,9 @@ float dot(const float* x, const void* w, DType wtype, size_t n) {
 }
 void dot4(const float* const x[4], const void* w, DType wtype, size_t n, float out[4]) {
   HWY_DYNAMIC_DISPATCH(Dot4)(x, w, wtype, n, out);
+}
+void add_scaled_rows(float* const* outs, const float* p, int m, const float* v, size_t n) {
+  HWY_DYNAMIC_DISPATCH(AddScaledRows)(outs, p, m, v, n);
 }
 void to_f32(const void* src, DType t, size_t n, float* dst) {
   if (is_quantized(t)) return quant::dequantize_row(t, src, static_cast<int64_t>(n), dst);

@@ -21,6 +21,11 @@ float dot(const float* x, const void* w, DType wtype, size_t n);
 /// to dot(x[j], w, wtype, n). Loads and converts `w` once.
 void dot4(const float* const x[4], const void* w, DType wtype, size_t n, float out[4]);
 
+/// outs[j][i] += p[j] * v[i] for j < m, i < n: the product rounded to f32, then the sum (two
+/// roundings, exactly the scalar `o += p * v` under -ffp-contract=off), so a result does not
+/// depend on the SIMD width or on which rows share the call. Loads `v` once per 4 rows.
+void add_scaled_rows(float* const* outs, const float* p, int m, const float* v, size_t n);
+
 /// Converts n elements of type `t` at `src` to f32. Block-quantized types are dequantized
 /// (quant::dequantize_row; n must be a multiple of the block size, else eg::Error).
 void to_f32(const void* src, DType t, size_t n, float* dst);
