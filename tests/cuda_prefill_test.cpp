@@ -16,6 +16,7 @@
 // (the device KV rows the prefill wrote are what decode reads). The worst errors are printed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -84,19 +85,28 @@ std::unique_ptr<StepExecutor> gpu_executor(const Model& m, std::vector<std::pair
   return make_executor(m, parse_device("cuda"));
 }
 
-struct Worst {
-  float cpu = 0.0f, steps = 0.0f, decode = 0.0f;
+// Errors of one prefill configuration over all prompts (max|Δlogit| / range of the reference row).
+struct Stats {
+  float last_cpu = 0.0f, last_steps = 0.0f, decode = 0.0f;  // worst over the prompts' last rows / decode steps
+  int last_ids_differ = 0, decode_ids_differ = 0;
+  std::vector<float> rows_cpu;  // LogitsMode::All: every row vs the CPU
+  int rows_ids_differ = 0;
+  float median_rows() const {
+    if (rows_cpu.empty()) return 0.0f;
+    std::vector<float> r = rows_cpu;
+    std::nth_element(r.begin(), r.begin() + r.size() / 2, r.end());
+    return r[r.size() / 2];
+  }
+  float worst_rows() const { return rows_cpu.empty() ? 0.0f : *std::max_element(rows_cpu.begin(), rows_cpu.end()); }
 };
 
-// One prefill configuration over all prompts; returns the worst errors.
-Worst check_config(const Model& m, const StepExecutor& cpu, const StepExecutor& steps, const StepExecutor& gemm,
-                   KVType kv_type, bool all_rows, const std::string& what) {
+Stats measure(const Model& m, const StepExecutor& cpu, const StepExecutor& steps, const StepExecutor& gemm, KVType kv_type,
+              bool all_rows, const std::string& what) {
   const int64_t V = m.config().vocab_size;
   KVCacheOptions ko;
   ko.type = kv_type;
   ko.max_tokens = 192;
-  Worst w;
-  int pi = 0;
+  Stats st;
   for (const std::vector<int32_t>& p : prompts(V)) {
     const int T = static_cast<int>(p.size());
     const LogitsMode mode = all_rows ? LogitsMode::All : LogitsMode::Last;
@@ -106,58 +116,85 @@ Worst check_config(const Model& m, const StepExecutor& cpu, const StepExecutor& 
     cpu.prefill(p.data(), T, *kc, *wc, mode, lc);
     steps.prefill(p.data(), T, *ks, *wsp, mode, ls);
     gemm.prefill(p.data(), T, *kg, *wg, mode, lg);
-    EXPECT_EQ(kg->n_past(), T);
-    EXPECT_EQ(lg.size(), lc.size());
-    if (lg.size() != lc.size()) return w;
+    EXPECT_EQ(kg->n_past(), T) << what;
+    EXPECT_EQ(lg.size(), lc.size()) << what;
+    if (lg.size() != lc.size()) return st;
     const int rows = all_rows ? T : 1;
     for (int r = 0; r < rows; ++r) {
       const float* c = lc.data() + static_cast<size_t>(r) * V;
       const float* g = lg.data() + static_cast<size_t>(r) * V;
-      const float ec = rel_err(c, g, V), es = rel_err(ls.data() + static_cast<size_t>(r) * V, g, V);
-      w.cpu = std::max(w.cpu, ec);
-      w.steps = std::max(w.steps, es);
-      EXPECT_LE(ec, 1e-2f) << what << " prompt " << pi << " row " << r << " vs cpu";
-      EXPECT_LE(es, 1e-2f) << what << " prompt " << pi << " row " << r << " vs steps";
-      EXPECT_EQ(argmax_row(c, V), argmax_row(g, V)) << what << " prompt " << pi << " row " << r;
+      const float ec = rel_err(c, g, V);
+      const bool same = argmax_row(c, V) == argmax_row(g, V);
+      if (all_rows) {
+        st.rows_cpu.push_back(ec);
+        st.rows_ids_differ += !same;
+      }
+      if (r == rows - 1) {
+        st.last_cpu = std::max(st.last_cpu, ec);
+        st.last_steps = std::max(st.last_steps, rel_err(ls.data() + static_cast<size_t>(r) * V, g, V));
+        st.last_ids_differ += !same || argmax_row(ls.data() + static_cast<size_t>(r) * V, V) != argmax_row(g, V);
+      }
     }
     int32_t next = argmax_row(lc.data() + static_cast<size_t>(rows - 1) * V, V);
     for (int s = 0; s < 3; ++s) {
       cpu.prefill(&next, 1, *kc, *wc, LogitsMode::Last, lc);
       KVCache* kp = kg.get();
       gemm.decode(&next, 1, &kp, *wg, lg);
-      const float e = rel_err(lc.data(), lg.data(), V);
-      w.decode = std::max(w.decode, e);
-      EXPECT_LE(e, 1e-2f) << what << " prompt " << pi << " decode step " << s;
+      st.decode = std::max(st.decode, rel_err(lc.data(), lg.data(), V));
       const int32_t want = argmax_row(lc.data(), V);
-      EXPECT_EQ(want, argmax_row(lg.data(), V)) << what << " prompt " << pi << " decode step " << s;
+      st.decode_ids_differ += want != argmax_row(lg.data(), V);
       next = want;
     }
-    ++pi;
   }
-  std::printf("%-58s worst max|dlogit|/range: vs cpu %.2e, vs steps %.2e, decode after %.2e\n", what.c_str(), w.cpu,
-              w.steps, w.decode);
-  return w;
+  std::printf("%-52s last row vs cpu %.2e, vs steps %.2e, ids differ %d | decode after %.2e, ids differ %d",
+              what.c_str(), st.last_cpu, st.last_steps, st.last_ids_differ, st.decode, st.decode_ids_differ);
+  if (all_rows)
+    std::printf(" | all %zu rows vs cpu: median %.2e, worst %.2e, ids differ %d", st.rows_cpu.size(), st.median_rows(),
+                st.worst_rows(), st.rows_ids_differ);
+  std::printf("\n");
+  return st;
 }
 
-void check_model(const Model& m, const std::string& name) {
+// The bound on the last position (and the decode steps after it): ≤ 1e-2 of the range,
+// greedy ids equal. Every row (LogitsMode::All): `rows_median` / `rows_worst` bounds and at most
+// `rows_ids` greedy differences (near-ties of the random models; see the top of the file).
+void expect_stats(const Stats& st, const std::string& what, float rows_median, float rows_worst, int rows_ids) {
+  EXPECT_LE(st.last_cpu, 1e-2f) << what;
+  EXPECT_LE(st.last_steps, 1e-2f) << what;
+  EXPECT_EQ(st.last_ids_differ, 0) << what;
+  EXPECT_LE(st.decode, 1e-2f) << what;
+  EXPECT_EQ(st.decode_ids_differ, 0) << what;
+  if (!st.rows_cpu.empty()) {
+    EXPECT_LE(st.median_rows(), rows_median) << what;
+    EXPECT_LE(st.worst_rows(), rows_worst) << what;
+    EXPECT_LE(st.rows_ids_differ, rows_ids) << what;
+  }
+}
+
+// Every chunk size (all rows at chunk 7), weights once, F16 GEMM, KV types. rows_*: the bounds
+// of expect_stats for the all-rows case.
+void check_model(const Model& m, const std::string& name, float rows_median, float rows_worst, int rows_ids,
+                 bool all_chunks_all_rows = false) {
   auto cpu = make_cpu_executor(m);
   auto steps = gpu_executor(m, {{"EG_CUDA_PREFILL", "steps"}});
   for (int chunk : {1, 7, 64, 512}) {
     auto g = gpu_executor(m, {{"EG_CUDA_PREFILL", "gemm"}, {"EG_CUDA_PREFILL_CHUNK", std::to_string(chunk)}});
-    check_config(m, *cpu, *steps, *g, KVType::F16, chunk == 7, name + " chunk " + std::to_string(chunk) + (chunk == 7 ? " (all rows)" : ""));
+    const bool all = all_chunks_all_rows || chunk == 7;
+    const std::string what = name + " chunk " + std::to_string(chunk);
+    expect_stats(measure(m, *cpu, *steps, *g, KVType::F16, all, what), what, rows_median, rows_worst, rows_ids);
   }
-  {
-    auto g = gpu_executor(m, {{"EG_CUDA_PREFILL_CHUNK", "64"}, {"EG_CUDA_PREFILL_WEIGHTS", "once"}});
-    check_config(m, *cpu, *steps, *g, KVType::F16, false, name + " chunk 64, weights once");
-  }
-  {
-    auto g = gpu_executor(m, {{"EG_CUDA_PREFILL_CHUNK", "64"}, {"EG_CUDA_PREFILL_TYPE", "f16"}});
-    check_config(m, *cpu, *steps, *g, KVType::F16, false, name + " chunk 64, f16 gemm");
+  const std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> variants = {
+      {"weights once", {{"EG_CUDA_PREFILL_CHUNK", "64"}, {"EG_CUDA_PREFILL_WEIGHTS", "once"}}},
+      {"f16 gemm", {{"EG_CUDA_PREFILL_CHUNK", "64"}, {"EG_CUDA_PREFILL_TYPE", "f16"}}}};
+  for (const auto& [label, env] : variants) {
+    auto g = gpu_executor(m, env);
+    const std::string what = name + " chunk 64, " + label;
+    expect_stats(measure(m, *cpu, *steps, *g, KVType::F16, all_chunks_all_rows, what), what, rows_median, rows_worst, rows_ids);
   }
   auto g = gpu_executor(m, {{"EG_CUDA_PREFILL_CHUNK", "64"}});
   for (KVType kt : {KVType::BF16, KVType::F32}) {
-    // The step loop on a cache of the same type.
-    check_config(m, *cpu, *steps, *g, kt, false, name + " chunk 64, kv " + kv_type_name(kt));
+    const std::string what = name + " chunk 64, kv " + kv_type_name(kt);
+    expect_stats(measure(m, *cpu, *steps, *g, kt, all_chunks_all_rows, what), what, rows_median, rows_worst, rows_ids);
   }
 }
 
@@ -173,25 +210,29 @@ nlohmann::json small(bool gemma2) {
 #define SKIP_WITHOUT_GPU() \
   if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device"
 
+// Q4_0 matrices: the CPU reference quantizes activations to int8 (as the step loop does, bit for
+// bit), the GEMM path rounds them to 16 bits, so the all-rows bounds are distribution statements.
 TEST(CudaPrefill, SyntheticGemma3MatchesCpuAndSteps) {
   SKIP_WITHOUT_GPU();
   auto m = synth::synth_model("gemma-3-1b", small(false));
-  check_model(*m, "synthetic gemma3 (hd 128, Q4_0)");
+  check_model(*m, "synth gemma3 Q4_0 (hd 128)", 1e-2f, 1e-1f, 20);
 }
 
 TEST(CudaPrefill, SyntheticGemma2MatchesCpuAndSteps) {
   SKIP_WITHOUT_GPU();
   auto m = synth::synth_model("gemma-2-2b", small(true));
-  check_model(*m, "synthetic gemma2 (softcap, GQA 2, Q4_0)");
+  check_model(*m, "synth gemma2 Q4_0 (softcap, GQA 2)", 1e-2f, 1e-1f, 20);
 }
 
-TEST(CudaPrefill, SyntheticF16MatricesMatchCpu) {
+// F16 matrices: the CPU reference keeps f32 activations (no int8), so the only difference is the
+// GEMM path's 16-bit rounding of the activations (and of the weights for BF16): every row of
+// every chunk size is held to the 1e-2 bound.
+TEST(CudaPrefill, SyntheticF16MatricesMatchCpuOnEveryRow) {
   SKIP_WITHOUT_GPU();
-  auto m = synth::synth_model("gemma-3-1b", small(false), DType::F16);
-  auto cpu = make_cpu_executor(*m);
-  auto steps = gpu_executor(*m, {{"EG_CUDA_PREFILL", "steps"}});
-  auto g = gpu_executor(*m, {{"EG_CUDA_PREFILL_CHUNK", "64"}});
-  check_config(*m, *cpu, *steps, *g, KVType::F16, false, "synthetic gemma3, F16 matrices, chunk 64");
+  for (bool g2 : {false, true}) {
+    auto m = synth::synth_model(g2 ? "gemma-2-2b" : "gemma-3-1b", small(g2), DType::F16);
+    check_model(*m, std::string("synth ") + (g2 ? "gemma2" : "gemma3") + " F16 matrices", 1e-2f, 1e-2f, 4, true);
+  }
 }
 
 TEST(CudaPrefill, TinyGgufsMatchCpuAndSteps) {
@@ -203,7 +244,7 @@ TEST(CudaPrefill, TinyGgufsMatchCpuAndSteps) {
     if (path.empty()) continue;
     ++found;
     auto m = Model::load_gguf(path);
-    check_model(*m, file);
+    check_model(*m, file, 1e-2f, 1e-1f, 20);
   }
   if (found == 0) GTEST_SKIP() << "no tiny GGUF found";
 }

@@ -1,7 +1,8 @@
 // Causal attention of a prefill chunk against the device KV cache (prefill.h: attention_prefill).
 //
 // CTA (query tile, q head), 8 warps; each warp owns kQW queries of the tile. The CTA walks the
-// keys its queries can see in tiles of 32 (K and V converted to f32 in shared memory; K rows
+// keys its queries can see in tiles of 32 (read as 16-byte vectors, all of a tile's loads in
+// flight together, and converted to f32 in shared memory; K rows
 // padded to hd + 4 floats so the lanes' float4 reads hit distinct banks). Per tile, lane i scores
 // key i against the warp's queries (the query rows are shared-memory broadcasts), the warp does
 // the online-softmax update with shuffles, then each lane accumulates its columns
@@ -73,17 +74,49 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttentionArgs
   const int w_lo = lo[0], w_hi = qv[kQW - 1] ? qp[kQW - 1] : p_last;
   for (int kt = k_begin; kt <= p_last; kt += kBK) {
     __syncthreads();  // the previous tile is consumed (first time: sQ is complete)
-    for (int i = threadIdx.x; i < kBK * hd; i += blockDim.x) {
-      const int r = i / hd, c = i - r * hd;
-      const int key = kt + r;
-      float kx = 0.0f, vx = 0.0f;
-      if (key <= p_last) {
-        const int64_t idx = (static_cast<int64_t>(key) * a.n_kv_heads + kvh) * hd + c;
-        kx = kv_load_t<kT>(kc, idx);
-        vx = kv_load_t<kT>(vc, idx);
+    {
+      // 16-byte vectors of K and V: all loads of the tile in flight first, then converted to f32.
+      constexpr int kEv = kT == KVElem::F32 ? 4 : 8;   // elements per vector
+      constexpr int kIt = (kT == KVElem::F32 ? 4 : 2) * kNC;  // ≥ kBK·hd / kEv / threads
+      const int per_row = hd / kEv, total = kBK * per_row;
+      const size_t eb = kT == KVElem::F32 ? 4 : 2;
+      uint4 kr4[kIt], vr4[kIt];
+#pragma unroll
+      for (int it = 0; it < kIt; ++it) {
+        const int g = threadIdx.x + it * kWarps * 32;
+        const int r = g / per_row, cv = g - r * per_row;
+        kr4[it] = vr4[it] = make_uint4(0u, 0u, 0u, 0u);
+        if (g < total && kt + r <= p_last) {
+          const size_t off = ((static_cast<size_t>(kt + r) * a.n_kv_heads + kvh) * hd + static_cast<size_t>(cv) * kEv) * eb;
+          kr4[it] = *reinterpret_cast<const uint4*>(static_cast<const char*>(kc) + off);
+          vr4[it] = *reinterpret_cast<const uint4*>(static_cast<const char*>(vc) + off);
+        }
       }
-      sK[r * ks + c] = kx;
-      sV[r * hd + c] = vx;
+#pragma unroll
+      for (int it = 0; it < kIt; ++it) {
+        const int g = threadIdx.x + it * kWarps * 32;
+        if (g >= total) continue;
+        const int r = g / per_row, c0 = (g - r * per_row) * kEv;
+        float* dk = sK + r * ks + c0;
+        float* dv = sV + r * hd + c0;
+        if constexpr (kT == KVElem::F32) {
+          *reinterpret_cast<uint4*>(dk) = kr4[it];
+          *reinterpret_cast<uint4*>(dv) = vr4[it];
+        } else {
+          const uint16_t* k16 = reinterpret_cast<const uint16_t*>(&kr4[it]);
+          const uint16_t* v16 = reinterpret_cast<const uint16_t*>(&vr4[it]);
+          float kf[8], vf[8];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            kf[e] = kv_load_t<kT>(k16, e);
+            vf[e] = kv_load_t<kT>(v16, e);
+          }
+          *reinterpret_cast<float4*>(dk) = make_float4(kf[0], kf[1], kf[2], kf[3]);
+          *reinterpret_cast<float4*>(dk + 4) = make_float4(kf[4], kf[5], kf[6], kf[7]);
+          *reinterpret_cast<float4*>(dv) = make_float4(vf[0], vf[1], vf[2], vf[3]);
+          *reinterpret_cast<float4*>(dv + 4) = make_float4(vf[4], vf[5], vf[6], vf[7]);
+        }
+      }
     }
     __syncthreads();
     if (!qv[0] || kt > w_hi || kt + kBK - 1 < w_lo) continue;
