@@ -37,7 +37,7 @@ set_target_properties(edgegemma_cuda PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_R
   POSITION_INDEPENDENT_CODE ON)
 target_compile_options(edgegemma_cuda PRIVATE
   "$<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=--warn-on-spills;-Xcompiler=-Wall>")
-target_link_libraries(edgegemma_cuda PUBLIC edgegemma_core CUDA::cudart_static)
+target_link_libraries(edgegemma_cuda PUBLIC edgegemma_core CUDA::cudart_static CUDA::cublas)
 
 
 # The engine reaches the CUDA executor through make_executor (src/exec/executor.cpp, compiled with

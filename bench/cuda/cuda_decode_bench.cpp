@@ -2,12 +2,16 @@
 // the layout `edgegemma quantize --type q4_0` writes (Q4_0 matrices, Q8_0 embedding since 1152
 // is not a multiple of 256, f32 norms), built in memory with random blocks: no files, no CLI.
 //
-//   cuda_decode_bench [-p 512] [-n 128] [--model gemma-3-1b] [--check 8]
+//   cuda_decode_bench [-p 512] [-n 128] [--model gemma-3-1b] [--check 8] [--variants 1]
 //
-// Reports pp (prefill as a loop of decode steps), tg through prefill(&id, 1, Last) (what
+// Reports pp (prefill of the -p prompt in one call: the GEMM prefill unless EG_CUDA_PREFILL=steps;
+// timed after one untimed prefill of the same length), tg through prefill(&id, 1, Last) (what
 // `edgegemma bench` times: the [V] logits come to the host) and tg through decode_argmax (only the
 // id comes back), with and without programmatic dependent launch; then --check N steps of greedy
-// decoding on the CPU executor and the GPU executor from the same prompt (ids and logit error).
+// decoding on the CPU executor and the GPU executor from the same prompt (ids and logit error);
+// then (--variants 1) pp of the prefill variants (GEMM with per-matrix dequantization, GEMM with
+// the weights dequantized once, F16 GEMM, the step loop) and their last-position logits against
+// the CPU executor's on the same -p prompt.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -23,6 +27,7 @@
 #include "model/config.h"
 #include "model/known_models.h"
 #include "model/model.h"
+#include "../../tests/cuda_synth_model.h"
 
 using namespace eg;
 using Clock = std::chrono::steady_clock;
@@ -35,71 +40,6 @@ uint64_t next_u64() {
   g_state ^= g_state >> 7;
   g_state ^= g_state << 17;
   return g_state;
-}
-
-// Random blocks of a quantized type (scale d in [lo, hi)), or f32 values in [-a, a).
-std::shared_ptr<std::vector<uint8_t>> random_tensor(DType t, int64_t rows, int64_t cols, float lo, float hi) {
-  auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(rows) * dtype_row_bytes(t, cols));
-  uint8_t* p = buf->data();
-  const size_t n = buf->size();
-  for (size_t i = 0; i + 8 <= n; i += 8) {
-    const uint64_t r = next_u64();
-    std::memcpy(p + i, &r, 8);
-  }
-  if (t == DType::Q4_0 || t == DType::Q8_0) {
-    const size_t bb = t == DType::Q4_0 ? 18 : 34;
-    for (size_t b = 0; b < n / bb; ++b) {
-      const float u = static_cast<float>(next_u64() >> 40) / static_cast<float>(1 << 24);
-      const uint16_t d = f32_to_f16(lo + (hi - lo) * u);
-      std::memcpy(p + b * bb, &d, 2);
-    }
-  } else if (t == DType::F32) {
-    auto* f = reinterpret_cast<float*>(p);
-    for (size_t i = 0; i < n / 4; ++i) f[i] = hi * (static_cast<float>(next_u64() >> 40) / static_cast<float>(1 << 23) - 1.0f);
-  }
-  return buf;
-}
-
-void add(TensorStore& st, const std::string& name, DType t, std::vector<int64_t> shape, float lo, float hi) {
-  const int64_t rows = shape.size() == 2 ? shape[0] : 1, cols = shape.back();
-  auto buf = random_tensor(t, rows, cols, lo, hi);
-  TensorInfo ti;
-  ti.name = name;
-  ti.dtype = t;
-  ti.shape = std::move(shape);
-  ti.data = buf->data();
-  ti.nbytes = buf->size();
-  st.add_external(std::move(ti), buf);
-}
-
-std::unique_ptr<Model> synth(const std::string& name) {
-  const nlohmann::json cj = known_model_config(name);
-  ModelConfig cfg = parse_hf_config(cj.dump(), known_model_generation_config(name).dump(), name);
-  TensorStore st;
-  const int64_t H = cfg.hidden_size, V = cfg.vocab_size;
-  add(st, "model.embed_tokens.weight", H % 256 == 0 ? DType::Q8_0 : DType::Q8_0, {V, H}, 0.0005f, 0.001f);
-  add(st, "model.norm.weight", DType::F32, {H}, 0.0f, 0.1f);
-  for (int i = 0; i < cfg.n_layers; ++i) {
-    const LayerConfig& lc = cfg.layers[i];
-    const std::string L = "model.layers." + std::to_string(i) + ".";
-    const int64_t qd = static_cast<int64_t>(cfg.n_heads) * lc.head_dim, kvd = static_cast<int64_t>(lc.n_kv_heads) * lc.head_dim;
-    const int64_t I = lc.intermediate_size;
-    add(st, L + "self_attn.q_proj.weight", DType::Q4_0, {qd, H}, 0.002f, 0.004f);
-    add(st, L + "self_attn.k_proj.weight", DType::Q4_0, {kvd, H}, 0.002f, 0.004f);
-    add(st, L + "self_attn.v_proj.weight", DType::Q4_0, {kvd, H}, 0.002f, 0.004f);
-    add(st, L + "self_attn.o_proj.weight", DType::Q4_0, {H, qd}, 0.002f, 0.004f);
-    add(st, L + "mlp.gate_proj.weight", DType::Q4_0, {I, H}, 0.002f, 0.004f);
-    add(st, L + "mlp.up_proj.weight", DType::Q4_0, {I, H}, 0.002f, 0.004f);
-    add(st, L + "mlp.down_proj.weight", DType::Q4_0, {H, I}, 0.001f, 0.002f);
-    for (const char* n : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
-                          "post_feedforward_layernorm"})
-      add(st, L + n + ".weight", DType::F32, {H}, 0.0f, 0.1f);
-    if (cfg.qk_norm) {
-      add(st, L + "self_attn.q_norm.weight", DType::F32, {lc.head_dim}, 0.0f, 0.1f);
-      add(st, L + "self_attn.k_norm.weight", DType::F32, {lc.head_dim}, 0.0f, 0.1f);
-    }
-  }
-  return std::make_unique<Model>(std::move(cfg), std::move(st));
 }
 
 double secs(Clock::time_point a) { return std::chrono::duration<double>(Clock::now() - a).count(); }
@@ -117,6 +57,8 @@ void run(const StepExecutor& e, int n_prompt, int n_gen, bool pdl) {
     auto kv = e.new_kv_cache(ko);
     auto ws = e.new_workspace();
     e.prefill(prompt.data(), 1, *kv, *ws, LogitsMode::Last, logits);  // capture + warm-up
+    kv->truncate(0);
+    e.prefill(prompt.data(), n_prompt, *kv, *ws, LogitsMode::Last, logits);  // GEMM scratch, cuBLAS plans
     kv->truncate(0);
     auto t0 = Clock::now();
     e.prefill(prompt.data(), n_prompt, *kv, *ws, LogitsMode::Last, logits);
@@ -169,10 +111,66 @@ void check(const Model& m, const StepExecutor& gpu, int steps) {
               steps + 1, same, steps + 1, worst);
 }
 
+// Largest |a − b| over a row, relative to the range of a (the executor tests' measure).
+float rel_range(const std::vector<float>& a, const std::vector<float>& b) {
+  float e = 0.0f, lo = a[0], hi = a[0];
+  for (size_t i = 0; i < a.size(); ++i) {
+    e = std::max(e, std::fabs(a[i] - b[i]));
+    lo = std::min(lo, a[i]);
+    hi = std::max(hi, a[i]);
+  }
+  return e / std::max(1e-6f, hi - lo);
+}
+
+// pp of each prefill variant (env read when its executor is made) and its last-row logits vs the CPU.
+void variants(const Model& m, int n_prompt) {
+  cuda::set_programmatic_launch(true);
+  const int V = m.config().vocab_size;
+  std::vector<int32_t> prompt(n_prompt);
+  for (auto& t : prompt) t = static_cast<int32_t>(next_u64() % V);
+  KVCacheOptions ko;
+  ko.max_tokens = n_prompt;
+  std::vector<float> ref;
+  {
+    auto cpu = make_cpu_executor(m);
+    auto kv = cpu->new_kv_cache(ko);
+    auto ws = cpu->new_workspace();
+    const auto t0 = Clock::now();
+    cpu->prefill(prompt.data(), n_prompt, *kv, *ws, LogitsMode::Last, ref);
+    std::printf("cpu executor pp%d: %.1f tok/s (the reference of the rows below)\n", n_prompt, n_prompt / secs(t0));
+  }
+  struct Var { const char* label; const char* mode; const char* weights; const char* type; };
+  const Var vs[] = {{"gemm, per-matrix dequant (default)", "gemm", "layer", "bf16"},
+                    {"gemm, weights dequantized once", "gemm", "once", "bf16"},
+                    {"gemm f16, per-matrix dequant", "gemm", "layer", "f16"},
+                    {"steps (decode-step loop)", "steps", "layer", "bf16"}};
+  for (const Var& v : vs) {
+    setenv("EG_CUDA_PREFILL", v.mode, 1);
+    setenv("EG_CUDA_PREFILL_WEIGHTS", v.weights, 1);
+    setenv("EG_CUDA_PREFILL_TYPE", v.type, 1);
+    auto e = make_executor(m, parse_device("cuda"));
+    auto kv = e->new_kv_cache(ko);
+    auto ws = e->new_workspace();
+    std::vector<float> lg;
+    e->prefill(prompt.data(), n_prompt, *kv, *ws, LogitsMode::Last, lg);  // warm-up
+    double best = 1e30;
+    for (int r = 0; r < 3; ++r) {
+      kv->truncate(0);
+      const auto t0 = Clock::now();
+      e->prefill(prompt.data(), n_prompt, *kv, *ws, LogitsMode::Last, lg);
+      best = std::min(best, secs(t0));
+    }
+    std::printf("prefill %-36s pp%d %9.1f tok/s (best of 3, %.2f ms) | vs cpu: max|dlogit|/range %.2e, greedy id %s\n",
+                v.label, n_prompt, n_prompt / best, 1e3 * best, rel_range(ref, lg),
+                argmax_row(ref.data(), V) == argmax_row(lg.data(), V) ? "equal" : "DIFFERENT");
+  }
+  for (const char* n : {"EG_CUDA_PREFILL", "EG_CUDA_PREFILL_WEIGHTS", "EG_CUDA_PREFILL_TYPE"}) unsetenv(n);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int n_prompt = 512, n_gen = 128, n_check = 8;
+  int n_prompt = 512, n_gen = 128, n_check = 8, n_variants = 1;
   std::string name = "gemma-3-1b";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -180,6 +178,7 @@ int main(int argc, char** argv) {
     else if (a == "-n") n_gen = std::atoi(argv[i + 1]);
     else if (a == "--model") name = argv[i + 1];
     else if (a == "--check") n_check = std::atoi(argv[i + 1]);
+    else if (a == "--variants") n_variants = std::atoi(argv[i + 1]);
   }
   try {
     if (!cuda::device_available()) {
@@ -187,7 +186,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     auto t0 = Clock::now();
-    auto m = synth(name);
+    auto m = synth::synth_model(name);
     std::printf("synthetic %s (Q4_0, Q8_0 embedding): %.1f s to build\n", name.c_str(), secs(t0));
     t0 = Clock::now();
     auto e = make_executor(*m, parse_device("cuda"));
@@ -195,6 +194,7 @@ int main(int argc, char** argv) {
     run(*e, n_prompt, n_gen, false);
     run(*e, n_prompt, n_gen, true);
     if (n_check > 0) check(*m, *e, n_check);
+    if (n_variants > 0) variants(*m, n_prompt);
   } catch (const std::exception& ex) {
     std::fprintf(stderr, "cuda_decode_bench: %s\n", ex.what());
     return 1;

@@ -8,7 +8,9 @@
 // head on a residual + final-norm stage with argmax. EG_CUDA_FUSED=0: the step of separate
 // kernels (q/k/v matvec, q/k norm + RoPE + K/V write, split attention, o matvec, residual +
 // norms, gate|up matvec, GELU·mul, down matvec, residual + norms → LM head). The token and position are read from device memory (StepArgs), copied before each
-// launch. Prefill is a loop of decode steps (a GEMM prefill is a later step).
+// launch. Prefill (EG_CUDA_PREFILL=gemm, the default) runs chunks of T tokens through 16-bit
+// tensor-core GEMMs and the row / attention kernels of prefill.h (enqueue_prefill_chunk below);
+// EG_CUDA_PREFILL=steps keeps the loop of decode steps.
 //
 // KV: the device keeps contiguous [max_tokens, n_kv_heads, head_dim] K and V per layer in the
 // cache's type (F16/BF16/F32) in KVCache::DeviceState. The host KVCache stays the bookkeeper
@@ -16,6 +18,7 @@
 // save/restore and prefix-cache page export of a CUDA cache are not supported yet.
 #include "exec/cuda_executor.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +30,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/decode_kernels.h"
 #include "backend/cuda/fused.h"
+#include "backend/cuda/prefill.h"
 #include "core/error.h"
 #include "ops/ops.h"
 
@@ -73,6 +77,16 @@ struct DevLayer {
   bool qkv_fused = false, gu_fused = false;
   gpu::DeviceWeight qkv, q, k, v, o, gu, gate, up, down;
   gpu::DeviceBuffer input_norm, post_attn_norm, pre_ffw_norm, post_ffw_norm, q_norm, k_norm, inv_freq;
+  // EG_CUDA_PREFILL_WEIGHTS=once: the matrices above dequantized to 16-bit, row-major, keyed by
+  // the DeviceWeight they come from (empty in the default per-matrix mode).
+  std::vector<std::pair<const gpu::DeviceWeight*, gpu::DeviceBuffer>> w16;
+};
+
+// The GEMM prefill's scratch for chunks of up to `tokens` rows (made on first use).
+struct PrefillScratch {
+  int tokens = 0;
+  std::unique_ptr<gpu::Gemm> gemm;
+  gpu::DeviceBuffer ids, x, proj, h16, qkv, q, gu, w16, result;
 };
 
 struct CudaKV final : KVCache::DeviceState {
@@ -108,6 +122,7 @@ struct CudaWorkspace final : StepWorkspace {
   gpu::DeviceBuffer args, x, x2, counters, h, act, qkv, q, attn, partial, proj, gu, g, logits, result;
   std::unique_ptr<gpu::Graph> graph;
   uint64_t graph_kv = 0;  // serial of the cache the graph was captured for
+  PrefillScratch pf;
 };
 
 class CudaExecutor final : public StepExecutor {
@@ -129,6 +144,7 @@ class CudaExecutor final : public StepExecutor {
     attn_split_ = at && std::string(at) == "split";
     const char* dn = std::getenv("EG_CUDA_DOWN");
     down_quant_ = !(dn && std::string(dn) == "stage");
+    read_prefill_options();
     for (int li = 0; li < cfg_.n_layers && fused_; ++li) {
       const LayerWeights& lw = w.layers[li];
       fused_ = same_kind(lw.q, lw.k) && same_kind(lw.q, lw.v) && same_kind(lw.gate, lw.up) &&
@@ -180,6 +196,20 @@ class CudaExecutor final : public StepExecutor {
       max_i_ = std::max<int64_t>(max_i_, lc.intermediate_size);
       max_hd_ = std::max(max_hd_, lc.head_dim);
       layers_.push_back(std::move(d));
+    }
+    if (prefill_gemm_ && pf_once_) {
+      // EG_CUDA_PREFILL_WEIGHTS=once: every matrix dequantized to 16-bit now (2 bytes per weight).
+      gpu::Stream s(0);
+      for (DevLayer& d : layers_) {
+        for (const gpu::DeviceWeight* W : {&d.qkv, &d.q, &d.k, &d.v, &d.o, &d.gu, &d.gate, &d.up, &d.down}) {
+          if (W->rows == 0) continue;
+          gpu::DeviceBuffer b(gpu::dequant_bytes(*W));
+          gpu::dequant_weight(s, *W, pf_type_, b.data());
+          pf_once_bytes_ += b.bytes();
+          d.w16.emplace_back(W, std::move(b));
+        }
+      }
+      s.sync();
     }
   }
 
@@ -238,6 +268,17 @@ class CudaExecutor final : public StepExecutor {
     const int64_t V = cfg_.vocab_size;
     if (mode == LogitsMode::Last) logits.resize(static_cast<size_t>(V));
     if (mode == LogitsMode::All) logits.resize(static_cast<size_t>(T) * V);
+    if (prefill_gemm_ && T >= pf_min_tokens_) {
+      for (int c0 = 0; c0 < T; c0 += pf_chunk_) {
+        const int n = std::min(pf_chunk_, T - c0);
+        const bool last = c0 + n == T;
+        float* out = mode == LogitsMode::All ? logits.data() + static_cast<size_t>(c0) * V
+                     : mode == LogitsMode::Last && last ? logits.data() : nullptr;
+        prefill_chunk(tokens + c0, n, kv, st, w, out, mode == LogitsMode::All);
+      }
+      w.stream.sync();
+      return;
+    }
     for (int t = 0; t < T; ++t) {
       step(tokens[t], kv, st, w);
       const bool want = mode == LogitsMode::All || (mode == LogitsMode::Last && t == T - 1);
@@ -352,6 +393,135 @@ class CudaExecutor final : public StepExecutor {
       w.graph->launch();
     }
     kv.commit(pos + 1);
+  }
+
+  // EG_CUDA_PREFILL=gemm|steps, EG_CUDA_PREFILL_CHUNK=N (tokens per chunk, default 512),
+  // EG_CUDA_PREFILL_MIN=N (calls with fewer tokens take the step loop, default 2),
+  // EG_CUDA_PREFILL_WEIGHTS=layer|once, EG_CUDA_PREFILL_TYPE=bf16|f16 (docs/cuda.md).
+  void read_prefill_options() {
+    auto env = [](const char* n) { const char* v = std::getenv(n); return std::string(v ? v : ""); };
+    const std::string mode = env("EG_CUDA_PREFILL");
+    if (!mode.empty() && mode != "gemm" && mode != "steps") throw Error("EG_CUDA_PREFILL must be gemm or steps, not '" + mode + "'");
+    prefill_gemm_ = mode != "steps";
+    if (!env("EG_CUDA_PREFILL_CHUNK").empty()) pf_chunk_ = std::max(1, std::atoi(env("EG_CUDA_PREFILL_CHUNK").c_str()));
+    pf_chunk_ = std::min(pf_chunk_, 65535);
+    if (!env("EG_CUDA_PREFILL_MIN").empty()) pf_min_tokens_ = std::max(1, std::atoi(env("EG_CUDA_PREFILL_MIN").c_str()));
+    const std::string wm = env("EG_CUDA_PREFILL_WEIGHTS");
+    if (!wm.empty() && wm != "layer" && wm != "once") throw Error("EG_CUDA_PREFILL_WEIGHTS must be layer or once, not '" + wm + "'");
+    pf_once_ = wm == "once";
+    const std::string ty = env("EG_CUDA_PREFILL_TYPE");
+    if (!ty.empty() && ty != "bf16" && ty != "f16") throw Error("EG_CUDA_PREFILL_TYPE must be bf16 or f16, not '" + ty + "'");
+    pf_type_ = ty == "f16" ? gpu::GemmType::F16 : gpu::GemmType::BF16;
+  }
+
+  void ensure_prefill_scratch(CudaWorkspace& w, int n) const {
+    PrefillScratch& p = w.pf;
+    if (p.tokens >= n) return;
+    const int64_t H = cfg_.hidden_size, C = n;
+    const int64_t k16 = std::max({H, max_q_, max_i_});
+    p.ids = gpu::DeviceBuffer(C * 4);
+    p.x = gpu::DeviceBuffer(C * H * 4);
+    p.proj = gpu::DeviceBuffer(C * H * 4);
+    p.h16 = gpu::DeviceBuffer(C * k16 * 2);
+    p.qkv = gpu::DeviceBuffer(C * max_qkv_ * 4);
+    p.q = gpu::DeviceBuffer(C * max_q_ * 4);
+    p.gu = gpu::DeviceBuffer(C * 2 * max_i_ * 4);
+    if (!pf_once_ && !p.w16.data()) {
+      size_t mx = 0;
+      for (const DevLayer& d : layers_)
+        for (const gpu::DeviceWeight* W : {&d.qkv, &d.q, &d.k, &d.v, &d.o, &d.gu, &d.gate, &d.up, &d.down})
+          if (W->rows > 0) mx = std::max(mx, gpu::dequant_bytes(*W));
+      p.w16 = gpu::DeviceBuffer(mx);
+    }
+    if (!p.result.data()) p.result = gpu::DeviceBuffer(8);
+    if (!p.gemm) p.gemm = std::make_unique<gpu::Gemm>(w.stream);
+    p.tokens = n;
+  }
+
+  // y[t·ldy + n] = W·x_t: W's 16-bit copy (once) or W dequantized into the scratch now.
+  void gemm(CudaWorkspace& w, const DevLayer& d, const gpu::DeviceWeight& W, const void* x16, int T, float* y,
+            int64_t ldy) const {
+    const void* w16 = nullptr;
+    for (const auto& [src, buf] : d.w16)
+      if (src == &W) w16 = buf.data();
+    if (!w16) {
+      gpu::dequant_weight(w.stream, W, pf_type_, w.pf.w16.data());
+      w16 = w.pf.w16.data();
+    }
+    w.pf.gemm->run(pf_type_, w16, W.rows, W.cols, x16, T, y, ldy);
+  }
+
+  // One chunk of T tokens at kv.n_past() through every layer (prefill.h), then the LM head of
+  // the last row (logits_out non-null) or of every row (all).
+  void prefill_chunk(const int32_t* tokens, int T, KVCache& kv, CudaKV& st, CudaWorkspace& w, float* logits_out,
+                     bool all) const {
+    ensure_prefill_scratch(w, T);
+    const gpu::Stream& s = w.stream;
+    PrefillScratch& p = w.pf;
+    const int pos0 = kv.n_past();
+    const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
+    const float eps = cfg_.rms_norm_eps, off = cfg_.norm_offset;
+    const gpu::GemmType ty = pf_type_;
+    float* x = p.x.as<float>();
+    float* proj = p.proj.as<float>();
+    float* qkv = p.qkv.as<float>();
+    float* gu = p.gu.as<float>();
+    void* h16 = p.h16.data();
+    gpu::copy_to_device_async(s, p.ids.data(), tokens, static_cast<size_t>(T) * 4);
+    gpu::embed_rows(s, embed_, p.ids.as<const int32_t>(), T, embed_scale_, x);
+    gpu::norm_rows(s, T, H, x, layers_[0].input_norm.as<const float>(), off, eps, ty, h16);
+    for (int li = 0; li < cfg_.n_layers; ++li) {
+      const LayerConfig& lc = cfg_.layers[li];
+      const DevLayer& d = layers_[li];
+      const int64_t hd = lc.head_dim, qn = cfg_.n_heads * hd, kn = lc.n_kv_heads * hd, wq = qn + 2 * kn;
+      if (d.qkv_fused) {
+        gemm(w, d, d.qkv, h16, T, qkv, wq);
+      } else {
+        gemm(w, d, d.q, h16, T, qkv, wq);
+        gemm(w, d, d.k, h16, T, qkv + qn, wq);
+        gemm(w, d, d.v, h16, T, qkv + qn + kn, wq);
+      }
+      gpu::qk_rope_kv_rows(s, qkv_args(lc, d, st.elem), T, pos0, qkv, p.q.as<float>(), st.k[li].data(), st.v[li].data());
+      gpu::attention_prefill(s, attn_args(lc, st.elem, 1), T, pos0, p.q.as<const float>(), st.k[li].data(),
+                             st.v[li].data(), ty, h16);
+      gemm(w, d, d.o, h16, T, proj, H);
+      gpu::residual_norm_rows(s, T, H, x, proj, d.post_attn_norm.as<const float>(), d.pre_ffw_norm.as<const float>(),
+                              off, eps, ty, h16);
+      const int64_t I = lc.intermediate_size;
+      if (d.gu.rows > 0) {
+        gemm(w, d, d.gu, h16, T, gu, 2 * I);
+      } else {
+        gemm(w, d, d.gate, h16, T, gu, 2 * I);
+        gemm(w, d, d.up, h16, T, gu + I, 2 * I);
+      }
+      gpu::gelu_mul_rows(s, T, I, gu, fused_ ? gpu::GateUpLayout::Interleaved : gpu::GateUpLayout::Stacked, ty, h16);
+      gemm(w, d, d.down, h16, T, proj, H);
+      if (li + 1 < cfg_.n_layers)
+        gpu::residual_norm_rows(s, T, H, x, proj, d.post_ffw_norm.as<const float>(),
+                                layers_[li + 1].input_norm.as<const float>(), off, eps, ty, h16);
+    }
+    // LM head: the decode step's (residual + post-ffw norm + final norm stage) on each wanted row.
+    for (int t = all ? 0 : T - 1; logits_out && t < T; ++t) {
+      gpu::MatvecInput in;
+      in.src_dev = proj + static_cast<int64_t>(t) * H;
+      in.residual_dev = x + static_cast<int64_t>(t) * H;
+      in.w_post_dev = layers_.back().post_ffw_norm.as<const float>();
+      in.w_norm_dev = final_norm_.as<const float>();
+      in.w_offset = off;
+      in.eps = eps;
+      gpu::zero_async(s, p.result.data(), 8);
+      gpu::lm_head_argmax_fused(s, embed_, in, cfg_.final_softcap, p.result.as<uint64_t>(), w.logits.as<float>());
+      gpu::copy_to_host_async(s, logits_out + (all ? static_cast<size_t>(t) * V : 0), w.logits.data(),
+                              static_cast<size_t>(V) * 4);
+    }
+    // Host bookkeeping (begin_append must not cross a page): the device rows are written above.
+    const int P = kv.options().page_tokens;
+    for (int p0 = pos0; p0 < pos0 + T;) {
+      const int n = std::min(pos0 + T, (p0 / P + 1) * P) - p0;
+      kv.begin_append(p0, n);
+      kv.commit(p0 + n);
+      p0 += n;
+    }
   }
 
   void matvec(const gpu::Stream& s, const gpu::DeviceWeight& W, const float* x, const void* act, float* y) const {
@@ -578,6 +748,12 @@ class CudaExecutor final : public StepExecutor {
   // Fused step: quantize_act + plain down matvec (default; measured faster than the per-CTA input
   // stage over 6912 values), or EG_CUDA_DOWN=stage for the fused down.
   bool down_quant_ = true;
+  // The GEMM prefill (read_prefill_options).
+  bool prefill_gemm_ = true;
+  int pf_chunk_ = 512, pf_min_tokens_ = 2;
+  bool pf_once_ = false;
+  size_t pf_once_bytes_ = 0;  // the 16-bit weight copies of EG_CUDA_PREFILL_WEIGHTS=once
+  gpu::GemmType pf_type_ = gpu::GemmType::BF16;
   int timing_ = 0;  // EG_CUDA_TIMING: 1 = GPU time per graph replay, 2 = eager per-kernel-group profile
   gpu::DeviceWeight embed_;
   gpu::DeviceBuffer final_norm_;

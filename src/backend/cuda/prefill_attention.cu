@@ -1,0 +1,245 @@
+// Causal attention of a prefill chunk against the device KV cache (prefill.h: attention_prefill).
+//
+// CTA (query tile, q head), 8 warps; each warp owns kQW queries of the tile. The CTA walks the
+// keys its queries can see in tiles of 32 (read as 16-byte vectors, all of a tile's loads in
+// flight together, and converted to f32 in shared memory; K rows
+// padded to hd + 4 floats so the lanes' float4 reads hit distinct banks). Per tile, lane i scores
+// key i against the warp's queries (the query rows are shared-memory broadcasts), the warp does
+// the online-softmax update with shuffles, then each lane accumulates its columns
+// (4·lane + 128·c) of Σ p·v, the probabilities broadcast by shuffle. f32 throughout; the result,
+// divided by the softmax sum, is rounded to the 16-bit GEMM type.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+
+#include "backend/cuda/cuda_util.h"
+#include "backend/cuda/prefill.h"
+
+namespace eg::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kBK = 32;  // keys per tile (one per lane)
+
+template <KVElem kT>
+__device__ __forceinline__ float kv_load_t(const void* base, int64_t i) {
+  if constexpr (kT == KVElem::F16) return __half2float(__ushort_as_half(static_cast<const uint16_t*>(base)[i]));
+  else if constexpr (kT == KVElem::BF16) return __uint_as_float(static_cast<unsigned>(static_cast<const uint16_t*>(base)[i]) << 16);
+  else return static_cast<const float*>(base)[i];
+}
+
+__device__ __forceinline__ uint16_t to16(float v, int t) {
+  return t == static_cast<int>(GemmType::BF16) ? __bfloat16_as_ushort(__float2bfloat16_rn(v))
+                                               : __half_as_ushort(__float2half_rn(v));
+}
+
+template <int kNC, int kQW, KVElem kT>
+__global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttentionArgs a, int T, int pos0, const float* q,
+                                                                  const void* kc, const void* vc, int out_t,
+                                                                  uint16_t* out) {
+  extern __shared__ float4 smem4[];
+  constexpr int BQ = kWarps * kQW;
+  const int hd = a.head_dim, ks = hd + 4;
+  float* sQ = reinterpret_cast<float*>(smem4);  // [BQ][hd]
+  float* sK = sQ + BQ * hd;                     // [kBK][hd + 4]
+  float* sV = sK + kBK * ks;                    // [kBK][hd]
+  const int h = blockIdx.y, t0 = blockIdx.x * BQ;
+  const int kvh = h / (a.n_heads / a.n_kv_heads);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t qstride = static_cast<int64_t>(a.n_heads) * hd;
+  for (int i = threadIdx.x; i < BQ * hd; i += blockDim.x) {
+    const int r = i / hd, c = i - r * hd;
+    sQ[i] = t0 + r < T ? q[static_cast<int64_t>(t0 + r) * qstride + static_cast<int64_t>(h) * hd + c] : 0.0f;
+  }
+  const int p_first = pos0 + t0, p_last = pos0 + min(T, t0 + BQ) - 1;
+  const int k_begin = a.window > 0 ? max(0, p_first - a.window + 1) : 0;
+  int qp[kQW], lo[kQW];
+  bool qv[kQW];
+  float m[kQW], l[kQW], acc[kQW][kNC][4];
+#pragma unroll
+  for (int j = 0; j < kQW; ++j) {
+    const int tq = t0 + warp * kQW + j;
+    qv[j] = tq < T;
+    qp[j] = pos0 + tq;
+    lo[j] = a.window > 0 ? max(0, qp[j] - a.window + 1) : 0;
+    m[j] = -INFINITY;
+    l[j] = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kNC; ++c)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[j][c][e] = 0.0f;
+  }
+  // The warp's key range: tiles outside it are skipped (warp-uniform).
+  const int w_lo = lo[0], w_hi = qv[kQW - 1] ? qp[kQW - 1] : p_last;
+  for (int kt = k_begin; kt <= p_last; kt += kBK) {
+    __syncthreads();  // the previous tile is consumed (first time: sQ is complete)
+    {
+      // 16-byte vectors of K and V: all loads of the tile in flight first, then converted to f32.
+      constexpr int kEv = kT == KVElem::F32 ? 4 : 8;   // elements per vector
+      constexpr int kIt = (kT == KVElem::F32 ? 4 : 2) * kNC;  // ≥ kBK·hd / kEv / threads
+      const int per_row = hd / kEv, total = kBK * per_row;
+      const size_t eb = kT == KVElem::F32 ? 4 : 2;
+      uint4 kr4[kIt], vr4[kIt];
+#pragma unroll
+      for (int it = 0; it < kIt; ++it) {
+        const int g = threadIdx.x + it * kWarps * 32;
+        const int r = g / per_row, cv = g - r * per_row;
+        kr4[it] = vr4[it] = make_uint4(0u, 0u, 0u, 0u);
+        if (g < total && kt + r <= p_last) {
+          const size_t off = ((static_cast<size_t>(kt + r) * a.n_kv_heads + kvh) * hd + static_cast<size_t>(cv) * kEv) * eb;
+          kr4[it] = *reinterpret_cast<const uint4*>(static_cast<const char*>(kc) + off);
+          vr4[it] = *reinterpret_cast<const uint4*>(static_cast<const char*>(vc) + off);
+        }
+      }
+#pragma unroll
+      for (int it = 0; it < kIt; ++it) {
+        const int g = threadIdx.x + it * kWarps * 32;
+        if (g >= total) continue;
+        const int r = g / per_row, c0 = (g - r * per_row) * kEv;
+        float* dk = sK + r * ks + c0;
+        float* dv = sV + r * hd + c0;
+        if constexpr (kT == KVElem::F32) {
+          *reinterpret_cast<uint4*>(dk) = kr4[it];
+          *reinterpret_cast<uint4*>(dv) = vr4[it];
+        } else {
+          const uint16_t* k16 = reinterpret_cast<const uint16_t*>(&kr4[it]);
+          const uint16_t* v16 = reinterpret_cast<const uint16_t*>(&vr4[it]);
+          float kf[8], vf[8];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            kf[e] = kv_load_t<kT>(k16, e);
+            vf[e] = kv_load_t<kT>(v16, e);
+          }
+          *reinterpret_cast<float4*>(dk) = make_float4(kf[0], kf[1], kf[2], kf[3]);
+          *reinterpret_cast<float4*>(dk + 4) = make_float4(kf[4], kf[5], kf[6], kf[7]);
+          *reinterpret_cast<float4*>(dv) = make_float4(vf[0], vf[1], vf[2], vf[3]);
+          *reinterpret_cast<float4*>(dv + 4) = make_float4(vf[4], vf[5], vf[6], vf[7]);
+        }
+      }
+    }
+    __syncthreads();
+    if (!qv[0] || kt > w_hi || kt + kBK - 1 < w_lo) continue;
+    const int key = kt + lane;
+    float s[kQW];
+#pragma unroll
+    for (int j = 0; j < kQW; ++j) s[j] = 0.0f;
+    const float4* kr = reinterpret_cast<const float4*>(sK + lane * ks);
+#pragma unroll 4
+    for (int d4 = 0; d4 < hd / 4; ++d4) {
+      const float4 k4 = kr[d4];
+#pragma unroll
+      for (int j = 0; j < kQW; ++j) {
+        const float4 q4 = reinterpret_cast<const float4*>(sQ + (warp * kQW + j) * hd)[d4];
+        s[j] = fmaf(q4.x, k4.x, s[j]);
+        s[j] = fmaf(q4.y, k4.y, s[j]);
+        s[j] = fmaf(q4.z, k4.z, s[j]);
+        s[j] = fmaf(q4.w, k4.w, s[j]);
+      }
+    }
+    float pj[kQW];
+#pragma unroll
+    for (int j = 0; j < kQW; ++j) {
+      float sc = s[j] * a.scale;
+      if (a.softcap > 0.0f) sc = a.softcap * tanhf(sc / a.softcap);
+      const bool ok = qv[j] && key <= qp[j] && key >= lo[j];
+      sc = ok ? sc : -INFINITY;
+      float mx = sc;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xFFFFFFFFu, mx, o));
+      const float mn = fmaxf(m[j], mx);
+      float corr = 1.0f, p = 0.0f;
+      if (mn != -INFINITY) {
+        corr = expf(m[j] - mn);
+        p = ok ? expf(sc - mn) : 0.0f;
+      }
+      float ps = p;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) ps += __shfl_xor_sync(0xFFFFFFFFu, ps, o);
+      l[j] = l[j] * corr + ps;
+      m[j] = mn;
+#pragma unroll
+      for (int c = 0; c < kNC; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][c][e] *= corr;
+      pj[j] = p;
+    }
+#pragma unroll 4
+    for (int k = 0; k < kBK; ++k) {
+      float pk[kQW];
+#pragma unroll
+      for (int j = 0; j < kQW; ++j) pk[j] = __shfl_sync(0xFFFFFFFFu, pj[j], k);
+      const float* vr = sV + k * hd;
+#pragma unroll
+      for (int c = 0; c < kNC; ++c) {
+        const int col = 4 * lane + 128 * c;
+        if (col < hd) {
+          const float4 v4 = *reinterpret_cast<const float4*>(vr + col);
+#pragma unroll
+          for (int j = 0; j < kQW; ++j) {
+            acc[j][c][0] = fmaf(pk[j], v4.x, acc[j][c][0]);
+            acc[j][c][1] = fmaf(pk[j], v4.y, acc[j][c][1]);
+            acc[j][c][2] = fmaf(pk[j], v4.z, acc[j][c][2]);
+            acc[j][c][3] = fmaf(pk[j], v4.w, acc[j][c][3]);
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kQW; ++j) {
+    if (!qv[j]) continue;
+    uint16_t* o = out + static_cast<int64_t>(t0 + warp * kQW + j) * qstride + static_cast<int64_t>(h) * hd;
+#pragma unroll
+    for (int c = 0; c < kNC; ++c) {
+      const int col = 4 * lane + 128 * c;
+      if (col < hd)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[col + e] = to16(acc[j][c][e] / l[j], out_t);
+    }
+  }
+}
+
+using Kernel = void (*)(AttentionArgs, int, int, const float*, const void*, const void*, int, uint16_t*);
+
+template <int kNC, int kQW>
+Kernel pick_kv(KVElem t) {
+  switch (t) {
+    case KVElem::F16: return attn_prefill_kernel<kNC, kQW, KVElem::F16>;
+    case KVElem::BF16: return attn_prefill_kernel<kNC, kQW, KVElem::BF16>;
+    default: return attn_prefill_kernel<kNC, kQW, KVElem::F32>;
+  }
+}
+
+template <int kQW>
+Kernel pick(int nc, KVElem t) {
+  switch (nc) {
+    case 1: return pick_kv<1, kQW>(t);
+    case 2: return pick_kv<2, kQW>(t);
+    case 3: return pick_kv<3, kQW>(t);
+    default: return pick_kv<4, kQW>(t);
+  }
+}
+
+}  // namespace
+
+void attention_prefill(const Stream& s, const AttentionArgs& a, int T, int pos0, const float* q_dev,
+                       const void* k_cache_dev, const void* v_cache_dev, GemmType t, void* out_dev) {
+  const int hd = a.head_dim;
+  if (hd <= 0 || hd > 512 || hd % 32 != 0 || a.n_heads <= 0 || a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0 ||
+      T <= 0 || pos0 < 0 || a.n_heads > 65535)
+    throw Error("CUDA attention_prefill: bad shape");
+  const int nc = (hd + 127) / 128;
+  // 4 queries per warp when that still gives every multiprocessor a CTA, else 2 (more CTAs).
+  const int qw = static_cast<int64_t>((T + 31) / 32) * a.n_heads >= s.sm_count() ? 4 : 2;
+  const Kernel k = qw == 4 ? pick<4>(nc, a.kv) : pick<2>(nc, a.kv);
+  const int bq = kWarps * qw;
+  const size_t smem = static_cast<size_t>(bq * hd + kBK * (hd + 4) + kBK * hd) * sizeof(float);
+  EG_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const dim3 grid(static_cast<unsigned>((T + bq - 1) / bq), static_cast<unsigned>(a.n_heads));
+  k<<<grid, kWarps * 32, smem, detail::stream_of(s.handle())>>>(a, T, pos0, q_dev, k_cache_dev, v_cache_dev,
+                                                               static_cast<int>(t), static_cast<uint16_t*>(out_dev));
+  EG_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace eg::cuda

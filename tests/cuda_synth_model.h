@@ -1,0 +1,110 @@
+// A synthetic Gemma model built in memory (no files) for the CUDA tests and bench/cuda: a known
+// config (model/known_models.h), optionally with keys overridden (smaller shapes), and random
+// weights in the layout `edgegemma quantize --type q4_0` writes: matrices Q4_0 (or `matrix_type`),
+// embedding Q8_0, norms f32. Header-only; the weights are deterministic in `seed`.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.h"
+#include "model/config.h"
+#include "model/known_models.h"
+#include "model/model.h"
+
+namespace eg::synth {
+
+struct Rng {
+  uint64_t s;
+  uint64_t next() {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  }
+  float uniform() { return static_cast<float>(next() >> 40) / static_cast<float>(1 << 24); }  // [0, 1)
+};
+
+// Random blocks of a quantized type (scale d in [lo, hi)), or values in [-hi, hi) for F32/F16/BF16.
+inline std::shared_ptr<std::vector<uint8_t>> random_tensor(Rng& g, DType t, int64_t rows, int64_t cols, float lo, float hi) {
+  auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(rows) * dtype_row_bytes(t, cols));
+  uint8_t* p = buf->data();
+  const size_t n = buf->size();
+  if (t == DType::Q4_0 || t == DType::Q8_0) {
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+      const uint64_t r = g.next();
+      std::memcpy(p + i, &r, 8);
+    }
+    const size_t bb = t == DType::Q4_0 ? 18 : 34;
+    for (size_t b = 0; b < n / bb; ++b) {
+      const uint16_t d = f32_to_f16(lo + (hi - lo) * g.uniform());
+      std::memcpy(p + b * bb, &d, 2);
+    }
+  } else {
+    // Dense values: about the spread of a Q4_0 block of scale hi (uniform in ±8·hi·0.6).
+    const float a = t == DType::F32 ? hi : 5.0f * hi;
+    const size_t es = dtype_size(t);
+    for (size_t i = 0; i < n / es; ++i) {
+      const float v = a * (2.0f * g.uniform() - 1.0f);
+      if (t == DType::F32) std::memcpy(p + 4 * i, &v, 4);
+      else {
+        const uint16_t b = t == DType::F16 ? f32_to_f16(v) : f32_to_bf16(v);
+        std::memcpy(p + 2 * i, &b, 2);
+      }
+    }
+  }
+  return buf;
+}
+
+inline void add(TensorStore& st, Rng& g, const std::string& name, DType t, std::vector<int64_t> shape, float lo, float hi) {
+  const int64_t rows = shape.size() == 2 ? shape[0] : 1, cols = shape.back();
+  auto buf = random_tensor(g, t, rows, cols, lo, hi);
+  TensorInfo ti;
+  ti.name = name;
+  ti.dtype = t;
+  ti.shape = std::move(shape);
+  ti.data = buf->data();
+  ti.nbytes = buf->size();
+  st.add_external(std::move(ti), buf);
+}
+
+/// The model `name` (a known_model_config name) with `overrides` merged into its config JSON.
+inline std::unique_ptr<Model> synth_model(const std::string& name, const nlohmann::json& overrides = nlohmann::json::object(),
+                                          DType matrix_type = DType::Q4_0, uint64_t seed = 0x9E3779B97F4A7C15ull) {
+  nlohmann::json cj = known_model_config(name);
+  cj.update(overrides);
+  ModelConfig cfg = parse_hf_config(cj.dump(), known_model_generation_config(name).dump(), name);
+  Rng g{seed};
+  TensorStore st;
+  const int64_t H = cfg.hidden_size, V = cfg.vocab_size;
+  add(st, g, "model.embed_tokens.weight", DType::Q8_0, {V, H}, 0.0005f, 0.001f);
+  add(st, g, "model.norm.weight", DType::F32, {H}, 0.0f, 0.1f);
+  const DType mt = matrix_type;
+  for (int i = 0; i < cfg.n_layers; ++i) {
+    const LayerConfig& lc = cfg.layers[i];
+    const std::string L = "model.layers." + std::to_string(i) + ".";
+    const int64_t qd = static_cast<int64_t>(cfg.n_heads) * lc.head_dim, kvd = static_cast<int64_t>(lc.n_kv_heads) * lc.head_dim;
+    const int64_t I = lc.intermediate_size;
+    add(st, g, L + "self_attn.q_proj.weight", mt, {qd, H}, 0.002f, 0.004f);
+    add(st, g, L + "self_attn.k_proj.weight", mt, {kvd, H}, 0.002f, 0.004f);
+    add(st, g, L + "self_attn.v_proj.weight", mt, {kvd, H}, 0.002f, 0.004f);
+    add(st, g, L + "self_attn.o_proj.weight", mt, {H, qd}, 0.002f, 0.004f);
+    add(st, g, L + "mlp.gate_proj.weight", mt, {I, H}, 0.002f, 0.004f);
+    add(st, g, L + "mlp.up_proj.weight", mt, {I, H}, 0.002f, 0.004f);
+    add(st, g, L + "mlp.down_proj.weight", mt, {H, I}, 0.001f, 0.002f);
+    for (const char* n : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                          "post_feedforward_layernorm"})
+      add(st, g, L + n + ".weight", DType::F32, {H}, 0.0f, 0.1f);
+    if (cfg.qk_norm) {
+      add(st, g, L + "self_attn.q_norm.weight", DType::F32, {lc.head_dim}, 0.0f, 0.1f);
+      add(st, g, L + "self_attn.k_norm.weight", DType::F32, {lc.head_dim}, 0.0f, 0.1f);
+    }
+  }
+  return std::make_unique<Model>(std::move(cfg), std::move(st));
+}
+
+}  // namespace eg::synth
