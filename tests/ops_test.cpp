@@ -261,28 +261,47 @@ TEST(Kernels, Dot4EqualsDotBitwise) {
 }
 
 
-// add_scaled_rows against the scalar definition (o += p * v, two roundings) bit for bit, and
-// against float64 (relative to the magnitudes), for every row count 1..9 and odd lengths.
-TEST(Kernels, AddScaledRowsEqualsScalarLoop) {
-  for (size_t n : {1u, 15u, 16u, 17u, 63u, 256u, 301u}) {
-    for (int m = 1; m <= 9; ++m) {
-      std::vector<float> v = randn(n, static_cast<uint32_t>(n * 7 + m));
-      std::vector<float> p = randn(static_cast<size_t>(m), static_cast<uint32_t>(m + 3));
-      std::vector<float> o = randn(static_cast<size_t>(m) * n, static_cast<uint32_t>(n + 11 * m));
-      std::vector<float> want = o;
-      std::vector<float*> outs;
-      for (int j = 0; j < m; ++j) outs.push_back(o.data() + j * n);
-      eg::cpu::add_scaled_rows(outs.data(), p.data(), m, v.data(), n);
-      for (int j = 0; j < m; ++j)
-        for (size_t i = 0; i < n; ++i) {
-          volatile float prod = p[j] * v[i];  // rounded on its own, as the definition says
-          want[j * n + i] = want[j * n + i] + prod;
-          const double exact = static_cast<double>(o[j * n + i]);
-          EXPECT_EQ(o[j * n + i], want[j * n + i]) << "n " << n << " m " << m << " j " << j << " i " << i;
-          const double ref = static_cast<double>(want[j * n + i]);
-          EXPECT_NEAR(exact, ref, 1e-6 * (1.0 + std::fabs(ref)));
+// accumulate_pv against the scalar definition (o = o + p·v per key in order, the product rounded
+// on its own) bit for bit, against float64 within rounding, and split over two calls.
+TEST(Kernels, AccumulatePvEqualsScalarLoopInKeyOrder) {
+  for (size_t D : {1u, 15u, 16u, 17u, 63u, 64u, 65u, 256u, 301u}) {
+    for (int m = 1; m <= 9; m += (m < 5 ? 1 : 4)) {
+      for (int64_t nk : {1, 3, 64}) {
+        const uint32_t seed = static_cast<uint32_t>(D * 131 + m * 7 + nk);
+        std::vector<float> V = randn(static_cast<size_t>(nk) * D, seed);
+        std::vector<float> P = randn(static_cast<size_t>(m * nk), seed + 1);
+        std::vector<float> o = randn(static_cast<size_t>(m) * D, seed + 2);
+        std::vector<float> want = o, split = o;
+        std::vector<double> exact(o.begin(), o.end());
+        std::vector<float*> outs, souts;
+        std::vector<const float*> ps;
+        for (int j = 0; j < m; ++j) {
+          outs.push_back(o.data() + j * D);
+          souts.push_back(split.data() + j * D);
+          ps.push_back(P.data() + j * nk);
         }
-      EXPECT_NE(o[0], want[0] - p[0] * v[0]);  // the call changed the rows (p, v non-zero)
+        eg::cpu::accumulate_pv(outs.data(), ps.data(), m, V.data(), nk, D);
+        // The same keys in two calls (the first k1 keys, then the rest).
+        const int64_t k1 = nk / 2;
+        if (k1 > 0) eg::cpu::accumulate_pv(souts.data(), ps.data(), m, V.data(), k1, D);
+        std::vector<const float*> ps2;
+        for (int j = 0; j < m; ++j) ps2.push_back(P.data() + j * nk + k1);
+        eg::cpu::accumulate_pv(souts.data(), ps2.data(), m, V.data() + k1 * D, nk - k1, D);
+        for (int j = 0; j < m; ++j)
+          for (size_t d = 0; d < D; ++d) {
+            float w = want[j * D + d];
+            double sum = 0, mag = std::fabs(exact[j * D + d]);
+            for (int64_t k = 0; k < nk; ++k) {
+              volatile float prod = P[j * nk + k] * V[k * D + d];  // rounded on its own
+              w = w + prod;
+              sum += static_cast<double>(P[j * nk + k]) * V[k * D + d];
+              mag += std::fabs(static_cast<double>(P[j * nk + k]) * V[k * D + d]);
+            }
+            ASSERT_EQ(o[j * D + d], w) << "D " << D << " m " << m << " nk " << nk << " j " << j << " d " << d;
+            ASSERT_EQ(split[j * D + d], w) << "split, D " << D << " m " << m << " nk " << nk;
+            ASSERT_NEAR(o[j * D + d], exact[j * D + d] + sum, 1e-6 * mag);
+          }
+      }
     }
   }
 }

@@ -74,41 +74,47 @@ void attend_group(const QueryRef* qs, int nq, int64_t kvh, const KVLayerView& kv
     hi = std::max(hi, qs[i].last);
   }
   const int64_t span = hi - lo + 1;
-  thread_local std::vector<float> scores, kbuf, vbuf;
+  thread_local std::vector<float> scores;
   if (scores.size() < static_cast<size_t>(nq * span)) scores.resize(static_cast<size_t>(nq * span));
-  if (kbuf.size() < static_cast<size_t>(D)) kbuf.resize(static_cast<size_t>(D));
-  if (vbuf.size() < static_cast<size_t>(D)) vbuf.resize(static_cast<size_t>(D));
+  // q·K by chunks of keys: each chunk's K rows converted once, then each block of 4 queries walks
+  // the chunk with its rows in L1; four visible queries share a key's loads (dot4 is bit-identical
+  // to dot), so every score is the one serial dot of kernels.h.
+  constexpr int64_t kKeyChunk = 64;
+  thread_local std::vector<float> krows;
+  if (krows.size() < static_cast<size_t>(kKeyChunk * D)) krows.resize(static_cast<size_t>(kKeyChunk * D));
   const DType kt = kv.type == KVType::F16 ? DType::F16 : DType::BF16;
-  for (int64_t kp = lo; kp <= hi; ++kp) {
-    const uint8_t* page = kv.pages[kp / P];
-    const size_t row = static_cast<size_t>((kp % P) * KVH + kvh);
-    const float* kr;
-    if (kv.type == KVType::F16 || kv.type == KVType::BF16) {
-      cpu::to_f32(page + kv.k_off + row * D * 2, kt, static_cast<size_t>(D), kbuf.data());
-      kr = kbuf.data();
-    } else {
-      kr = row_f32(kv, page, kv.k_off, kv.ks_off, row, kbuf.data());
-    }
-    // Visible queries in fours share the row's loads (dot4 is bit-identical to dot).
-    int idx[4], m = 0;
-    auto flush = [&]() {
-      if (m == 4) {
-        const float* xs[4] = {qs[idx[0]].q, qs[idx[1]].q, qs[idx[2]].q, qs[idx[3]].q};
-        float o[4];
-        cpu::dot4(xs, kr, DType::F32, static_cast<size_t>(D), o);
-        for (int j = 0; j < 4; ++j) scores[idx[j] * span + (kp - lo)] = o[j] * p.scale;
+  for (int64_t c0 = lo; c0 <= hi; c0 += kKeyChunk) {
+    const int64_t c1 = std::min(hi + 1, c0 + kKeyChunk);
+    for (int64_t kp = c0; kp < c1; ++kp) {
+      const uint8_t* page = kv.pages[kp / P];
+      const size_t row = static_cast<size_t>((kp % P) * KVH + kvh);
+      float* dst = krows.data() + (kp - c0) * D;
+      if (kv.type == KVType::F16 || kv.type == KVType::BF16) {
+        cpu::to_f32(page + kv.k_off + row * D * 2, kt, static_cast<size_t>(D), dst);
       } else {
-        for (int j = 0; j < m; ++j)
-          scores[idx[j] * span + (kp - lo)] = cpu::dot(qs[idx[j]].q, kr, DType::F32, static_cast<size_t>(D)) * p.scale;
+        const float* kr = row_f32(kv, page, kv.k_off, kv.ks_off, row, dst);
+        if (kr != dst) std::memcpy(dst, kr, static_cast<size_t>(D) * sizeof(float));
       }
-      m = 0;
-    };
-    for (int i = 0; i < nq; ++i) {
-      if (kp < qs[i].first || kp > qs[i].last) continue;
-      idx[m++] = i;
-      if (m == 4) flush();
     }
-    if (m > 0) flush();
+    for (int i0 = 0; i0 < nq; i0 += 4) {
+      const int n4 = std::min(4, nq - i0);
+      const float* xs[4];
+      for (int j = 0; j < n4; ++j) xs[j] = qs[i0 + j].q;
+      for (int64_t kp = c0; kp < c1; ++kp) {
+        const float* kr = krows.data() + (kp - c0) * D;
+        bool all = n4 == 4;
+        for (int j = 0; j < n4 && all; ++j) all = kp >= qs[i0 + j].first && kp <= qs[i0 + j].last;
+        if (all) {
+          float o[4];
+          cpu::dot4(xs, kr, DType::F32, static_cast<size_t>(D), o);
+          for (int j = 0; j < 4; ++j) scores[(i0 + j) * span + (kp - lo)] = o[j] * p.scale;
+        } else {
+          for (int j = 0; j < n4; ++j)
+            if (kp >= qs[i0 + j].first && kp <= qs[i0 + j].last)
+              scores[(i0 + j) * span + (kp - lo)] = cpu::dot(xs[j], kr, DType::F32, static_cast<size_t>(D)) * p.scale;
+        }
+      }
+    }
   }
   for (int i = 0; i < nq; ++i) {
     float* sc = scores.data() + i * span + (qs[i].first - lo);
@@ -118,25 +124,35 @@ void attend_group(const QueryRef* qs, int nq, int64_t kvh, const KVLayerView& kv
     ops::softmax(sc, n);
     std::fill(qs[i].out, qs[i].out + D, 0.0f);
   }
-  for (int64_t kp = lo; kp <= hi; ++kp) {
-    const uint8_t* page = kv.pages[kp / P];
-    const size_t row = static_cast<size_t>((kp % P) * KVH + kvh);
-    const float* vr = row_f32(kv, page, kv.v_off, kv.vs_off, row, vbuf.data());
-    // out += p·v for every query that sees kp, the same two roundings as `o += p * v` per element.
-    constexpr int kBatch = 16;
-    float* outs[kBatch];
-    float ps[kBatch];
-    int m = 0;
-    for (int i = 0; i < nq; ++i) {
-      if (kp < qs[i].first || kp > qs[i].last) continue;
-      outs[m] = qs[i].out;
-      ps[m++] = scores[i * span + (kp - lo)];
-      if (m == kBatch) {
-        cpu::add_scaled_rows(outs, ps, m, vr, static_cast<size_t>(D));
-        m = 0;
-      }
+  // p·V by chunks of keys: each chunk's V rows converted once, then every run of up to 4 queries
+  // with the same key range (the heads of one position) accumulates over the chunk in registers.
+  // Per query and element the sums are still in key order from 0 (kernels.h accumulate_pv).
+  thread_local std::vector<float> vrows;
+  if (vrows.size() < static_cast<size_t>(kKeyChunk * D)) vrows.resize(static_cast<size_t>(kKeyChunk * D));
+  for (int64_t c0 = lo; c0 <= hi; c0 += kKeyChunk) {
+    const int64_t c1 = std::min(hi + 1, c0 + kKeyChunk);
+    for (int64_t kp = c0; kp < c1; ++kp) {
+      const uint8_t* page = kv.pages[kp / P];
+      const size_t row = static_cast<size_t>((kp % P) * KVH + kvh);
+      float* dst = vrows.data() + (kp - c0) * D;
+      const float* vr = row_f32(kv, page, kv.v_off, kv.vs_off, row, dst);
+      if (vr != dst) std::memcpy(dst, vr, static_cast<size_t>(D) * sizeof(float));
     }
-    if (m > 0) cpu::add_scaled_rows(outs, ps, m, vr, static_cast<size_t>(D));
+    for (int i = 0; i < nq;) {
+      int j = i + 1;
+      while (j < nq && j - i < 4 && qs[j].first == qs[i].first && qs[j].last == qs[i].last) ++j;
+      const int64_t r0 = std::max(qs[i].first, c0), r1 = std::min(qs[i].last, c1 - 1);
+      if (r0 <= r1) {
+        float* outs[4];
+        const float* ps[4];
+        for (int q = i; q < j; ++q) {
+          outs[q - i] = qs[q].out;
+          ps[q - i] = scores.data() + q * span + (r0 - lo);
+        }
+        cpu::accumulate_pv(outs, ps, j - i, vrows.data() + (r0 - c0) * D, r1 - r0 + 1, static_cast<size_t>(D));
+      }
+      i = j;
+    }
   }
 }
 

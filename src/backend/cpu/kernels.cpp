@@ -128,38 +128,59 @@ void Dot4(const float* const* x, const void* w, DType t, size_t n, float* out) {
   }
 }
 
-void AddScaledRows(float* const* outs, const float* p, int m, const float* HWY_RESTRICT v, size_t n) {
+// M queries × 4 vectors of D per pass (4M accumulators), then single vectors, then scalars.
+template <int M>
+HWY_INLINE void AccumulatePVT(float* const* outs, const float* const* ps, const float* HWY_RESTRICT V, int64_t nk,
+                              size_t D) {
   const DF df;
   const size_t N = hn::Lanes(df);
-  int j = 0;
-  for (; j + 4 <= m; j += 4) {
-    float* HWY_RESTRICT o0 = outs[j];
-    float* HWY_RESTRICT o1 = outs[j + 1];
-    float* HWY_RESTRICT o2 = outs[j + 2];
-    float* HWY_RESTRICT o3 = outs[j + 3];
-    const auto p0 = hn::Set(df, p[j]), p1 = hn::Set(df, p[j + 1]);
-    const auto p2 = hn::Set(df, p[j + 2]), p3 = hn::Set(df, p[j + 3]);
-    size_t i = 0;
-    for (; i + N <= n; i += N) {
-      const auto vv = hn::LoadU(df, v + i);
-      hn::StoreU(hn::Add(hn::LoadU(df, o0 + i), hn::Mul(p0, vv)), df, o0 + i);
-      hn::StoreU(hn::Add(hn::LoadU(df, o1 + i), hn::Mul(p1, vv)), df, o1 + i);
-      hn::StoreU(hn::Add(hn::LoadU(df, o2 + i), hn::Mul(p2, vv)), df, o2 + i);
-      hn::StoreU(hn::Add(hn::LoadU(df, o3 + i), hn::Mul(p3, vv)), df, o3 + i);
+  using Vec = hn::Vec<DF>;
+  size_t d = 0;
+  for (; d + 4 * N <= D; d += 4 * N) {
+    Vec acc[M][4];
+    for (int j = 0; j < M; ++j)
+      for (int v = 0; v < 4; ++v) acc[j][v] = hn::LoadU(df, outs[j] + d + v * N);
+    for (int64_t k = 0; k < nk; ++k) {
+      const float* HWY_RESTRICT row = V + static_cast<size_t>(k) * D + d;
+      const Vec v0 = hn::LoadU(df, row), v1 = hn::LoadU(df, row + N);
+      const Vec v2 = hn::LoadU(df, row + 2 * N), v3 = hn::LoadU(df, row + 3 * N);
+      for (int j = 0; j < M; ++j) {
+        const Vec p = hn::Set(df, ps[j][k]);
+        acc[j][0] = hn::Add(acc[j][0], hn::Mul(p, v0));
+        acc[j][1] = hn::Add(acc[j][1], hn::Mul(p, v1));
+        acc[j][2] = hn::Add(acc[j][2], hn::Mul(p, v2));
+        acc[j][3] = hn::Add(acc[j][3], hn::Mul(p, v3));
+      }
     }
-    for (; i < n; ++i) {
-      o0[i] += p[j] * v[i];
-      o1[i] += p[j + 1] * v[i];
-      o2[i] += p[j + 2] * v[i];
-      o3[i] += p[j + 3] * v[i];
+    for (int j = 0; j < M; ++j)
+      for (int v = 0; v < 4; ++v) hn::StoreU(acc[j][v], df, outs[j] + d + v * N);
+  }
+  for (; d + N <= D; d += N) {
+    for (int j = 0; j < M; ++j) {
+      Vec acc = hn::LoadU(df, outs[j] + d);
+      for (int64_t k = 0; k < nk; ++k)
+        acc = hn::Add(acc, hn::Mul(hn::Set(df, ps[j][k]), hn::LoadU(df, V + static_cast<size_t>(k) * D + d)));
+      hn::StoreU(acc, df, outs[j] + d);
     }
   }
-  for (; j < m; ++j) {
-    float* HWY_RESTRICT o = outs[j];
-    const auto pj = hn::Set(df, p[j]);
-    size_t i = 0;
-    for (; i + N <= n; i += N) hn::StoreU(hn::Add(hn::LoadU(df, o + i), hn::Mul(pj, hn::LoadU(df, v + i))), df, o + i);
-    for (; i < n; ++i) o[i] += p[j] * v[i];
+  for (; d < D; ++d)
+    for (int j = 0; j < M; ++j) {
+      float o = outs[j][d];
+      for (int64_t k = 0; k < nk; ++k) {
+        const float prod = ps[j][k] * V[static_cast<size_t>(k) * D + d];
+        o = o + prod;
+      }
+      outs[j][d] = o;
+    }
+}
+
+void AccumulatePV(float* const* outs, const float* const* ps, int m, const float* V, int64_t nk, size_t D) {
+  switch (m) {
+    case 4: return AccumulatePVT<4>(outs, ps, V, nk, D);
+    case 3: return AccumulatePVT<3>(outs, ps, V, nk, D);
+    case 2: return AccumulatePVT<2>(outs, ps, V, nk, D);
+    case 1: return AccumulatePVT<1>(outs, ps, V, nk, D);
+    default: break;  // m > 4 is split by the caller (kernels.h)
   }
 }
 
@@ -192,7 +213,7 @@ namespace eg::cpu {
 HWY_EXPORT(Dot);
 HWY_EXPORT(Dot4);
 HWY_EXPORT(ToF32);
-HWY_EXPORT(AddScaledRows);
+HWY_EXPORT(AccumulatePV);
 HWY_EXPORT(TargetName);
 
 float dot(const float* x, const void* w, DType wtype, size_t n) {
@@ -201,8 +222,8 @@ float dot(const float* x, const void* w, DType wtype, size_t n) {
 void dot4(const float* const x[4], const void* w, DType wtype, size_t n, float out[4]) {
   HWY_DYNAMIC_DISPATCH(Dot4)(x, w, wtype, n, out);
 }
-void add_scaled_rows(float* const* outs, const float* p, int m, const float* v, size_t n) {
-  HWY_DYNAMIC_DISPATCH(AddScaledRows)(outs, p, m, v, n);
+void accumulate_pv(float* const* outs, const float* const* ps, int m, const float* V, int64_t nk, size_t D) {
+  for (int j = 0; j < m; j += 4) HWY_DYNAMIC_DISPATCH(AccumulatePV)(outs + j, ps + j, m - j < 4 ? m - j : 4, V, nk, D);
 }
 void to_f32(const void* src, DType t, size_t n, float* dst) {
   if (is_quantized(t)) return quant::dequantize_row(t, src, static_cast<int64_t>(n), dst);

@@ -21,10 +21,13 @@ float dot(const float* x, const void* w, DType wtype, size_t n);
 /// to dot(x[j], w, wtype, n). Loads and converts `w` once.
 void dot4(const float* const x[4], const void* w, DType wtype, size_t n, float out[4]);
 
-/// outs[j][i] += p[j] * v[i] for j < m, i < n: the product rounded to f32, then the sum (two
-/// roundings, exactly the scalar `o += p * v` under -ffp-contract=off), so a result does not
-/// depend on the SIMD width or on which rows share the call. Loads `v` once per 4 rows.
-void add_scaled_rows(float* const* outs, const float* p, int m, const float* v, size_t n);
+/// Attention's p·V for m <= 4 queries over the same nk keys: for j < m, d < D,
+///   outs[j][d] = outs[j][d] + ps[j][0]·V[0][d], then + ps[j][1]·V[1][d], ... in key order,
+/// each product rounded to f32 before its sum (exactly the scalar `o += p * v` under
+/// -ffp-contract=off), so a result depends neither on the SIMD width nor on m nor on how the
+/// keys are split into calls. V holds nk rows of D floats (row stride D); ps[j] points at query
+/// j's nk weights. The accumulators stay in registers over all keys of the call.
+void accumulate_pv(float* const* outs, const float* const* ps, int m, const float* V, int64_t nk, size_t D);
 
 /// Converts n elements of type `t` at `src` to f32. Block-quantized types are dequantized
 /// (quant::dequantize_row; n must be a multiple of the block size, else eg::Error).
