@@ -12,19 +12,6 @@
 
 namespace eg {
 
-namespace {
-
-// text_config.use_bidirectional_attention of a Gemma 4 config.json ("" when null / absent).
-std::string bidirectional_rule(const std::string& dir) {
-  const auto j = nlohmann::json::parse(read_file(dir + "/config.json"), nullptr, false);
-  if (!j.is_object() || !j.contains("text_config") || !j["text_config"].is_object()) return "";
-  const auto& t = j["text_config"];
-  if (!t.contains("use_bidirectional_attention") || !t["use_bidirectional_attention"].is_string()) return "";
-  return t["use_bidirectional_attention"].get<std::string>();
-}
-
-}  // namespace
-
 std::unique_ptr<ImageEncoder> ImageEncoder::load(const LoadedModel& lm, const std::string& dir) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(dir) || !fs::exists(fs::path(dir) / "config.json"))
@@ -38,9 +25,9 @@ std::unique_ptr<ImageEncoder> ImageEncoder::load(const LoadedModel& lm, const st
   if (want_g4 != (mc.family == ModelFamily::Gemma4))
     throw Error(dir + ": the vision tower (" + (want_g4 ? "Gemma 4" : "Gemma 3") +
                 ") does not belong to this text model");
-  if (want_g4 && !bidirectional_rule(dir).empty())
-    throw Error(dir + ": images for a Gemma 4 model with use_bidirectional_attention='" + bidirectional_rule(dir) +
-                "' (26B/31B: bidirectional image blocks on sliding layers) are not supported yet");
+  // Gemma 3: every image block bidirectional; Gemma 4 26B/31B ("vision"): on sliding layers
+  // (Model::forward applies ModelConfig::image_blocks_sliding_only); E2B/E4B: causal.
+  e->bidirectional_ = !want_g4 || mc.image_blocks_sliding_only;
   if (e->vc_.text_hidden != mc.hidden_size)
     throw Error("vision tower of " + dir + " produces " + std::to_string(e->vc_.text_hidden) +
                 "-wide soft tokens but the text model is " + std::to_string(mc.hidden_size) + " wide");
@@ -100,6 +87,7 @@ std::unique_ptr<ImageEncoder> ImageEncoder::load_mmproj(const LoadedModel& lm, s
       throw Error(path + ": the text model's vocabulary has no " + names[i] + " token (needed for images)");
   }
   e->pc_ = mm->processor;
+  e->bidirectional_ = true;
   e->siglip_ = std::make_unique<vision::SiglipTower>(e->vc_, mm->store);
   e->mmproj_ = std::move(mm);
   e->bind_tokens(lm, path);

@@ -10,8 +10,8 @@
 // Gemma 4: every marker "<|image|>" (the placeholder itself, which the chat template writes per
 // image item) becomes "<|image>" + N × "<|image|>" + "<image|>" with N the image's own soft-token
 // count (Gemma4ImageProcessor: aspect-preserving, ≤ max_soft_tokens); the rows stay causal
-// (use_bidirectional_attention null: E2B/E4B). The 26B/31B rule ("vision": bidirectional image
-// blocks on sliding layers only) is not implemented: such a checkpoint is refused for images.
+// (use_bidirectional_attention null: E2B/E4B); with "vision" (26B/31B) each image's rows see each
+// other on sliding layers only (ModelConfig::image_blocks_sliding_only, Model::forward).
 // The text model's per-layer-embedding rule at media positions is Model::forward's (EmbedSpan).
 #pragma once
 #include <memory>
@@ -35,8 +35,7 @@ class ImageEncoder {
   /// The tower and processor of the checkpoint folder `dir` that `lm` was loaded from (its tensors
   /// are `lm`'s, which must outlive the encoder). Throws eg::Error "this model has no vision
   /// tower" for a text-only checkpoint or a GGUF file (mmproj files are not supported yet), and a
-  /// clear error for a tower that does not fit the text model (soft-token width, token ids) or
-  /// that this build cannot run (Gemma 4 26B/31B's bidirectional image mask).
+  /// clear error for a tower that does not fit the text model (soft-token width, token ids).
   static std::unique_ptr<ImageEncoder> load(const LoadedModel& lm, const std::string& dir);
   /// The tower of a llama.cpp mmproj file (model/mmproj.h, open_mmproj) for `lm` (typically a
   /// text GGUF). The image marker tokens are looked up by their text in `lm`'s vocabulary
@@ -51,8 +50,10 @@ class ImageEncoder {
   int tokens_for(const vision::RgbImage& img) const;
   const vision::VisionConfig& config() const { return vc_; }
   bool gemma4() const { return vc_.kind == vision::TowerKind::Gemma4; }
-  /// Whether one image's rows see each other during prefill (Gemma 3) or stay causal (Gemma 4).
-  bool bidirectional() const { return !gemma4(); }
+  /// Whether one image's rows see each other during prefill (Gemma 3: on every layer; Gemma 4
+  /// with use_bidirectional_attention "vision", 26B/31B: on sliding layers) or stay causal
+  /// (Gemma 4 E2B/E4B).
+  bool bidirectional() const { return bidirectional_; }
   /// The image marker text of the chat template / prompt ("<start_of_image>", "<|image|>").
   const std::string& marker() const { return marker_; }
   /// The processor's replacement of one marker for an image of n soft tokens.
@@ -67,6 +68,7 @@ class ImageEncoder {
   std::unique_ptr<vision::Gemma4VisionTower> g4_;
   std::string boi_, eoi_, image_, marker_;
   std::shared_ptr<const Mmproj> mmproj_;  // keeps the mmproj tensors alive
+  bool bidirectional_ = false;
   void bind_tokens(const LoadedModel& lm, const std::string& origin);
 };
 
