@@ -141,6 +141,13 @@ int eg_session_add_message(eg_session* session, const char* role, const char* co
 int eg_session_add_image(eg_session* session, const char* path);
 int eg_session_add_image_rgb(eg_session* session, const uint8_t* pixels, int32_t width, int32_t height,
                              int32_t channels, int32_t stride_bytes);
+/* Gemma 3 pan-and-scan (off by default, as the Hugging Face processor; docs/vision.md): with
+ * on = 1, each image attached from now on that is wide or tall enough (aspect ratio >= 1.2, crops
+ * of >= 256 pixels on the released settings) is also shown as 2-4 crops, each another 256 soft
+ * tokens on the released models; 0 turns it off (a checkpoint whose processor config sets
+ * do_pan_and_scan keeps it on). Images already attached keep their crops. A Gemma 4 model then
+ * fails eg_session_add_image* with EG_ERR_FAILED (a Gemma 3 processor option). */
+int eg_session_set_pan_and_scan(eg_session* session, int32_t on);
 /* Audio (Gemma 4 E2B/E4B, models with an audio tower; docs/audio.md). Chat mode: attaches an audio
  * clip to the message being typed, like eg_session_add_image (images and clips of one message come
  * before its text, in the order attached). The clip is resampled to 16 kHz mono and encoded by the

@@ -229,6 +229,15 @@ int eg_session_add_image(eg_session* session, const char* path) {
   });
 }
 
+int eg_session_set_pan_and_scan(eg_session* session, int32_t on) {
+  EG_SESSION("eg_session_set_pan_and_scan");
+  EG_REQUIRE(on == 0 || on == 1, "eg_session_set_pan_and_scan: on must be 0 or 1");
+  return guarded([&] {
+    session->s->set_pan_and_scan(on != 0);
+    return EG_OK;
+  });
+}
+
 int eg_session_add_image_rgb(eg_session* session, const uint8_t* pixels, int32_t width, int32_t height,
                              int32_t channels, int32_t stride_bytes) {
   EG_SESSION("eg_session_add_image_rgb");

@@ -41,6 +41,7 @@ struct ChatArgs {
   int threads = 0;
   bool ignore_eos = false;
   bool plain = false;
+  bool pan_and_scan = false;
   std::string kb, kb_model;  // --kb: retrieval-augmented answers (docs/knowledge-base.md)
   int kb_passages = 4, kb_budget = 1024;
   std::shared_ptr<GenFlags> gen = std::make_shared<GenFlags>();
@@ -240,6 +241,7 @@ int chat(const ChatArgs& a) {
   opt.context_tokens = a.ctx;
   opt.threads = a.threads;
   opt.ignore_eos = a.ignore_eos;
+  opt.pan_and_scan = a.pan_and_scan;
   if (!g.max_memory.empty()) opt.memory_budget_bytes = parse_bytes(g.max_memory);
   for (const auto& s : g.stops)
     if (s.empty()) throw Error("--stop: empty stop string");
@@ -310,6 +312,8 @@ Action register_chat(CLI::App& app) {
   app.add_option("-t,--threads", a->threads, "CPU threads, 1..1024 (default: all cores)")
       ->check(CLI::Range(0, 1024, "a thread count"));
   app.add_flag("--ignore-eos", a->ignore_eos, "keep generating through <eos>/<end_of_turn> (until -n or Ctrl-C)");
+  app.add_flag("--pan-and-scan", a->pan_and_scan,
+               "Gemma 3: also show the model 2-4 crops of each wide or tall /image (more soft tokens; docs/vision.md)");
   app.add_flag("--plain", a->plain, "read plain lines even on a terminal (no libedit, no prefill while typing)");
   app.add_option("--kb", a->kb, "knowledge base (edgegemma kb add): each message gets its top passages, cited as [n]");
   app.add_option("--kb-model", a->kb_model, "embedding model for --kb (default: the one recorded in the base)");

@@ -45,6 +45,7 @@ struct RunArgs {
   bool json = false;
   bool no_bos = false;
   bool ignore_eos = false;
+  bool pan_and_scan = false;        // --pan-and-scan (Gemma 3)
   std::vector<std::string> images;  // --image FILE, in order
   std::vector<std::string> audios;  // --audio FILE, in order
   std::string media_order;          // 'i' / 'a' per --image / --audio, in command-line order
@@ -143,7 +144,7 @@ int run(const RunArgs& a) {
     text = marked + text;
   }
   if (!media.empty()) {
-    with_media = build_media_prompt(*lm, encoder, aenc, text, media, a.no_bos);
+    with_media = build_media_prompt(*lm, encoder, aenc, text, media, a.no_bos, a.pan_and_scan);
     prompt = with_media.ids;
   }
   std::vector<int> tokens_per_image, tokens_per_clip;
@@ -276,6 +277,8 @@ Action register_run(CLI::App& app) {
                  "an image file (JPEG, PNG, WebP, GIF, BMP; repeatable): with --chat before the text of the "
                  "message, else at each image marker of the prompt (<start_of_image>; Gemma 4: <|image|>), or before the text")
       ->allow_extra_args(false);
+  app.add_flag("--pan-and-scan", a->pan_and_scan,
+               "Gemma 3: also show the model 2-4 crops of each wide or tall --image (more soft tokens; docs/vision.md)");
   CLI::Option* audio_opt = app.add_option("--audio", a->audios,
                  "an audio file (WAV, FLAC, OGG, MP3; any rate, resampled to 16 kHz mono; repeatable; Gemma 4 "
                  "E2B/E4B): with --chat before the text of the message (with --image: in command-line order), else at "

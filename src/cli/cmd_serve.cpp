@@ -36,6 +36,7 @@ struct ServeArgs {
   double timeout = 600;
   int prefix_cache_mb = 256;
   int media_cache_mb = 64;
+  bool pan_and_scan = false;
   int max_body_kb = 0;  // 0: 1024, or 32768 for a model with a vision tower (images as data: URLs)
   int threads = 0;
   std::string kv_type = "f16";
@@ -193,6 +194,7 @@ int serve(const ServeArgs& a) {
   o.scheduler.kv.type = parse_kv_type(a.kv_type);
   o.scheduler.prefix_cache_bytes = static_cast<size_t>(a.prefix_cache_mb) << 20;
   o.media_cache_bytes = static_cast<size_t>(a.media_cache_mb) << 20;
+  o.pan_and_scan = a.pan_and_scan;
   if (o.chat_template.empty() && lm->chat_template().empty())
     std::fprintf(stderr, "edgegemma serve: note: the model has no chat template; /v1/chat/completions will fail "
                          "(use --chat-template or /v1/completions)\n");
@@ -263,6 +265,8 @@ Action register_serve(CLI::App& app) {
   app.add_option("--media-cache-mb", a->media_cache_mb,
                  "MiB of encoded images and audio clips kept between requests and drafts (0: off; default 64)")
       ->check(kCount);
+  app.add_flag("--pan-and-scan", a->pan_and_scan,
+               "Gemma 3: also show the model 2-4 crops of each wide or tall image (more soft tokens; docs/vision.md)");
   app.add_option("--max-body-kb", a->max_body_kb, "largest request body in KiB (default 1024; 32768 for a model with a vision tower)")->check(CLI::Range(1, 1 << 20));
   app.add_option("-t,--threads", a->threads, "CPU threads (default: all cores)")->check(CLI::Range(0, 1024));
   app.add_option("--kv-type", a->kv_type, "KV cache type f16|bf16|f32|int8 (default f16)");

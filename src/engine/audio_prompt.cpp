@@ -160,7 +160,8 @@ std::vector<int> runs_of(const std::vector<int32_t>& ids, int32_t ph, const std:
 }  // namespace
 
 MediaPrompt build_media_prompt(const LoadedModel& lm, const ImageEncoder* ie, const AudioEncoder* ae,
-                               const std::string& text, const std::vector<PromptMedium>& media, bool no_bos) {
+                               const std::string& text, const std::vector<PromptMedium>& media, bool no_bos,
+                               bool pan_and_scan) {
   using K = PromptMedium::Kind;
   std::vector<const PromptMedium*> imgs, clips;
   for (const auto& m : media) (m.kind == K::Image ? imgs : clips).push_back(&m);
@@ -175,9 +176,16 @@ MediaPrompt build_media_prompt(const LoadedModel& lm, const ImageEncoder* ie, co
     throw Error("the prompt has " + std::to_string(n_aud) + " audio marker(s) " + (ae ? ae->marker() : "") + " but " +
                 std::to_string(clips.size()) + " audio clip(s) were given");
   MediaPrompt r;
-  std::vector<int> img_counts;
+  std::vector<int> img_counts, img_crops, block_counts;  // per image; per block (image, then its crops)
+  std::vector<std::vector<vision::CropBox>> img_boxes;
   std::vector<std::vector<int>> clip_segs;
-  for (const auto* m : imgs) img_counts.push_back(ie->tokens_for(m->image));
+  for (const auto* m : imgs) {
+    img_boxes.push_back(ie->crops_for(m->image, pan_and_scan));
+    img_counts.push_back(ie->tokens_for(m->image));
+    img_crops.push_back(static_cast<int>(img_boxes.back().size()));
+    block_counts.push_back(img_counts.back());
+    for (const auto& b : img_boxes.back()) block_counts.push_back(ie->tokens_for(vision::crop_image(m->image, b)));
+  }
   for (const auto* m : clips) clip_segs.push_back(ae->tokens_for(static_cast<int64_t>(m->audio.samples.size())));
   // Expand the markers in text order.
   std::string expanded;
@@ -187,7 +195,8 @@ MediaPrompt build_media_prompt(const LoadedModel& lm, const ImageEncoder* ie, co
     const size_t pa = ae && ka < clips.size() ? text.find(ae->marker(), at) : std::string::npos;
     if (pi == std::string::npos && pa == std::string::npos) break;
     if (pi < pa) {
-      expanded += text.substr(at, pi - at) + ie->expanded_marker(img_counts[ki++]);
+      expanded += text.substr(at, pi - at) + ie->expanded_marker(img_counts[ki], img_crops[ki]);
+      ++ki;
       at = pi + ie->marker().size();
     } else {
       expanded += text.substr(at, pa - at) + ae->expanded_marker(clip_segs[ka++]);
@@ -198,24 +207,32 @@ MediaPrompt build_media_prompt(const LoadedModel& lm, const ImageEncoder* ie, co
   r.ids = lm.encode_prompt(expanded, no_bos);
   std::vector<int> seg_counts;
   for (const auto& s : clip_segs) seg_counts.insert(seg_counts.end(), s.begin(), s.end());
-  const std::vector<int> img_starts = ie ? runs_of(r.ids, ie->config().image_token_id, img_counts, "image") : std::vector<int>{};
+  const std::vector<int> img_starts = ie ? runs_of(r.ids, ie->config().image_token_id, block_counts, "image") : std::vector<int>{};
   const std::vector<int> aud_starts = ae ? runs_of(r.ids, ae->config().audio_token_id, seg_counts, "audio") : std::vector<int>{};
   const int H = lm.model().config().hidden_size;
-  r.soft.reserve(media.size());
-  size_t si = 0;
+  r.soft.reserve(media.size() + block_counts.size());
+  // Per image: the original's block, then one per crop (r.soft: one entry per block or clip).
+  size_t si = 0, bi = 0;
+  std::vector<size_t> clip_soft;  // r.soft index of each medium's (clip's) soft tokens
   for (const auto& m : media) {
     const auto t0 = std::chrono::steady_clock::now();
     if (m.kind == K::Image) {
-      r.soft.push_back(ie->encode(m.image));
+      int total = 0;
+      for (size_t c = 0; c <= img_boxes[si].size(); ++c, ++bi) {
+        r.soft.push_back(c == 0 ? ie->encode(m.image) : ie->encode(vision::crop_image(m.image, img_boxes[si][c - 1])));
+        const int n = block_counts[bi];
+        if (static_cast<int>(r.soft.back().size()) != n * H)
+          throw Error("internal: an image gave " + std::to_string(r.soft.back().size() / H) + " soft tokens, expected " +
+                      std::to_string(n));
+        r.spans.push_back(EmbedSpan{img_starts[bi], n, r.soft.back().data(), ie->bidirectional()});
+        total += n;
+      }
       r.image_encode_ms += ms_since(t0);
-      const int n = img_counts[si];
-      if (static_cast<int>(r.soft.back().size()) != n * H)
-        throw Error("internal: an image gave " + std::to_string(r.soft.back().size() / H) + " soft tokens, expected " +
-                    std::to_string(n));
-      r.spans.push_back(EmbedSpan{img_starts[si], n, r.soft.back().data(), ie->bidirectional()});
-      r.tokens_per_medium.push_back(n);
+      r.tokens_per_medium.push_back(total);
+      clip_soft.push_back(0);
       ++si;
     } else {
+      clip_soft.push_back(r.soft.size());
       r.soft.push_back(ae->encode(m.audio));
       r.audio_encode_ms += ms_since(t0);
       r.tokens_per_medium.push_back(0);  // set below
@@ -225,15 +242,16 @@ MediaPrompt build_media_prompt(const LoadedModel& lm, const ImageEncoder* ie, co
   size_t seg = 0, clip_i = 0;
   for (size_t mi = 0; mi < media.size(); ++mi) {
     if (media[mi].kind != K::Audio) continue;
-    const float* rows = r.soft[mi].data();
+    const std::vector<float>& soft = r.soft[clip_soft[mi]];
+    const float* rows = soft.data();
     int total = 0;
     for (int n : clip_segs[clip_i]) {
       r.spans.push_back(EmbedSpan{aud_starts[seg++], n, rows, false});
       rows += static_cast<size_t>(n) * H;
       total += n;
     }
-    if (r.soft[mi].size() != static_cast<size_t>(total) * H)
-      throw Error("internal: an audio clip gave " + std::to_string(r.soft[mi].size() / H) + " soft tokens, expected " +
+    if (soft.size() != static_cast<size_t>(total) * H)
+      throw Error("internal: an audio clip gave " + std::to_string(soft.size() / H) + " soft tokens, expected " +
                   std::to_string(total));
     r.tokens_per_medium[mi] = total;
     ++clip_i;
@@ -269,7 +287,8 @@ size_t expand_rendered_media(const ImageEncoder* ie, const AudioEncoder* ae, std
         if (items[k]->audio != is_audio)
           throw Error("the chat template wrote an " + std::string(is_audio ? "audio" : "image") + " marker where " +
                       (items[k]->audio ? "an audio clip" : "an image") + " belongs");
-        const std::string rep = is_audio ? ae->expanded_marker({items[k]->n}) : ie->expanded_marker(items[k]->n);
+        const std::string rep = is_audio ? ae->expanded_marker({items[k]->n})
+                                         : ie->expanded_marker(items[k]->n, static_cast<int>(items[k]->crops.size()));
         out.append(text, at, q - at);
         out += rep;
         last_end = out.size();

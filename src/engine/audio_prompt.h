@@ -71,7 +71,7 @@ struct PromptMedium {
 /// A tokenised prompt with the soft tokens of its images and clips bound to their placeholders.
 struct MediaPrompt {
   std::vector<int32_t> ids;
-  std::vector<std::vector<float>> soft;  // per medium, [n, H]
+  std::vector<std::vector<float>> soft;  // per image block (an image, then its crops) / clip, [n, H]
   std::vector<EmbedSpan> spans;          // in prompt order, rows pointing into `soft`
   std::vector<int> tokens_per_medium;    // soft tokens per medium (all segments of a clip)
   double image_encode_ms = 0, audio_encode_ms = 0;
@@ -82,8 +82,11 @@ struct MediaPrompt {
 /// `audio` may be null when the media hold none of that kind. Throws eg::Error when the counts
 /// disagree, when an encoder is missing for a medium ("this model has no audio tower"), or when
 /// a placeholder run does not match its medium (placeholder text typed in the prompt).
+/// `pan_and_scan` (Gemma 3): images also get their crops (ImageEncoder::crops_for), one block each;
+/// tokens_per_medium counts them.
 MediaPrompt build_media_prompt(const LoadedModel& lm, const ImageEncoder* images, const AudioEncoder* audio,
-                               const std::string& text, const std::vector<PromptMedium>& media, bool no_bos);
+                               const std::string& text, const std::vector<PromptMedium>& media, bool no_bos,
+                               bool pan_and_scan = false);
 
 /// One clip through the extractor and tower, as SessionImages (the soft-token holder shared with
 /// images), one per ≤ 30 s segment, each with a fresh id. Throws eg::Error.
@@ -99,7 +102,8 @@ size_t expand_rendered_media(const ImageEncoder* images, const AudioEncoder* aud
                              std::vector<std::pair<size_t, size_t>>& protect,
                              const std::vector<std::shared_ptr<const SessionImage>>& items, size_t* cut = nullptr);
 
-/// The start of each item's placeholder run in `ids` (images and audio segments in order). Throws
+/// The start of each item's placeholder run in `ids` (images and audio segments in order; pass
+/// media_blocks(items) when images carry pan-and-scan crops: each crop is its own run). Throws
 /// eg::Error when the runs do not match the items (placeholder text typed in the prompt, ...).
 std::vector<int> media_placeholder_runs(const ImageEncoder* images, const AudioEncoder* audio,
                                         const std::vector<int32_t>& ids,

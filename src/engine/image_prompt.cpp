@@ -12,19 +12,6 @@
 
 namespace eg {
 
-namespace {
-
-// text_config.use_bidirectional_attention of a Gemma 4 config.json ("" when null / absent).
-std::string bidirectional_rule(const std::string& dir) {
-  const auto j = nlohmann::json::parse(read_file(dir + "/config.json"), nullptr, false);
-  if (!j.is_object() || !j.contains("text_config") || !j["text_config"].is_object()) return "";
-  const auto& t = j["text_config"];
-  if (!t.contains("use_bidirectional_attention") || !t["use_bidirectional_attention"].is_string()) return "";
-  return t["use_bidirectional_attention"].get<std::string>();
-}
-
-}  // namespace
-
 std::unique_ptr<ImageEncoder> ImageEncoder::load(const LoadedModel& lm, const std::string& dir) {
   namespace fs = std::filesystem;
   if (!fs::is_directory(dir) || !fs::exists(fs::path(dir) / "config.json"))
@@ -38,9 +25,9 @@ std::unique_ptr<ImageEncoder> ImageEncoder::load(const LoadedModel& lm, const st
   if (want_g4 != (mc.family == ModelFamily::Gemma4))
     throw Error(dir + ": the vision tower (" + (want_g4 ? "Gemma 4" : "Gemma 3") +
                 ") does not belong to this text model");
-  if (want_g4 && !bidirectional_rule(dir).empty())
-    throw Error(dir + ": images for a Gemma 4 model with use_bidirectional_attention='" + bidirectional_rule(dir) +
-                "' (26B/31B: bidirectional image blocks on sliding layers) are not supported yet");
+  // Gemma 3: every image block bidirectional; Gemma 4 26B/31B ("vision"): on sliding layers
+  // (Model::forward applies ModelConfig::image_blocks_sliding_only); E2B/E4B: causal.
+  e->bidirectional_ = !want_g4 || mc.image_blocks_sliding_only;
   if (e->vc_.text_hidden != mc.hidden_size)
     throw Error("vision tower of " + dir + " produces " + std::to_string(e->vc_.text_hidden) +
                 "-wide soft tokens but the text model is " + std::to_string(mc.hidden_size) + " wide");
@@ -100,6 +87,7 @@ std::unique_ptr<ImageEncoder> ImageEncoder::load_mmproj(const LoadedModel& lm, s
       throw Error(path + ": the text model's vocabulary has no " + names[i] + " token (needed for images)");
   }
   e->pc_ = mm->processor;
+  e->bidirectional_ = true;
   e->siglip_ = std::make_unique<vision::SiglipTower>(e->vc_, mm->store);
   e->mmproj_ = std::move(mm);
   e->bind_tokens(lm, path);
@@ -125,12 +113,41 @@ std::vector<float> ImageEncoder::encode(const vision::RgbImage& img) const {
   return soft;
 }
 
+std::vector<vision::CropBox> ImageEncoder::crops_for(const vision::RgbImage& img, bool pan_and_scan) const {
+  if (gemma4()) {
+    if (pan_and_scan) throw Error("pan-and-scan is a Gemma 3 image processor option (this is a Gemma 4 model)");
+    return {};
+  }
+  if (!pan_and_scan && !pc_.do_pan_and_scan) return {};
+  return vision::pan_and_scan_crops(img.height, img.width, pc_);
+}
+
 size_t ImageEncoder::weight_bytes() const { return g4_ ? g4_->weight_bytes() : siglip_->weight_bytes(); }
 
-std::string ImageEncoder::expanded_marker(int n) const {
-  std::string s = gemma4() ? boi_ : "\n\n" + boi_;
-  for (int i = 0; i < n; ++i) s += image_;
-  return s + eoi_ + (gemma4() ? "" : "\n\n");
+std::string ImageEncoder::expanded_marker(int n, int crops) const {
+  std::string seq = gemma4() ? boi_ : "\n\n" + boi_;
+  for (int i = 0; i < n; ++i) seq += image_;
+  seq += eoi_ + (gemma4() ? "" : "\n\n");
+  if (crops <= 0) return seq;
+  std::string s = "Here is the original image " + seq + " and here are some crops to help you see better ";
+  for (int c = 0; c < crops; ++c) s += (c > 0 ? " " : "") + seq;
+  return s;
+}
+
+std::vector<std::shared_ptr<const SessionImage>> media_blocks(
+    const std::vector<std::shared_ptr<const SessionImage>>& items) {
+  std::vector<std::shared_ptr<const SessionImage>> out;
+  for (const auto& it : items) {
+    out.push_back(it);
+    out.insert(out.end(), it->crops.begin(), it->crops.end());
+  }
+  return out;
+}
+
+int soft_tokens_with_crops(const SessionImage& im) {
+  int n = im.n;
+  for (const auto& c : im.crops) n += c->n;
+  return n;
 }
 
 uint64_t next_image_id() {
@@ -138,13 +155,12 @@ uint64_t next_image_id() {
   return next.fetch_add(1);
 }
 
-std::shared_ptr<SessionImage> encode_session_image(const ImageEncoder& enc, const vision::RgbImage& img,
-                                                   int hidden_size) {
+namespace {
+
+std::shared_ptr<SessionImage> encode_one(const ImageEncoder& enc, const vision::RgbImage& img, int hidden_size) {
   auto im = std::make_shared<SessionImage>();
-  const auto t0 = std::chrono::steady_clock::now();
   im->n = enc.tokens_for(img);
   im->soft = enc.encode(img);
-  im->encode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   im->bidirectional = enc.bidirectional();
   im->id = next_image_id();
   if (im->soft.size() != static_cast<size_t>(im->n) * hidden_size)
@@ -153,9 +169,22 @@ std::shared_ptr<SessionImage> encode_session_image(const ImageEncoder& enc, cons
   return im;
 }
 
+}  // namespace
+
+std::shared_ptr<SessionImage> encode_session_image(const ImageEncoder& enc, const vision::RgbImage& img,
+                                                   int hidden_size, bool pan_and_scan) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<vision::CropBox> boxes = enc.crops_for(img, pan_and_scan);
+  auto im = encode_one(enc, img, hidden_size);
+  for (const auto& b : boxes) im->crops.push_back(encode_one(enc, vision::crop_image(img, b), hidden_size));
+  im->encode_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return im;
+}
+
 size_t expand_rendered_markers(const ImageEncoder& enc, std::string& text,
                                std::vector<std::pair<size_t, size_t>>& protect, const std::vector<int>& counts,
-                               size_t* cut) {
+                               size_t* cut, const std::vector<int>* crops) {
+  if (crops != nullptr && crops->size() != counts.size()) throw Error("internal: crops and counts differ in size");
   const std::string& mk = enc.marker();
   std::string out;
   std::vector<std::pair<size_t, size_t>> shifts;  // (original position, bytes added before it)
@@ -165,7 +194,7 @@ size_t expand_rendered_markers(const ImageEncoder& enc, std::string& text,
     for (const auto& c : protect) inside = inside || (q >= c.first && q < c.second);
     if (inside) continue;
     if (k < counts.size()) {
-      const std::string rep = enc.expanded_marker(counts[k]);
+      const std::string rep = enc.expanded_marker(counts[k], crops != nullptr ? (*crops)[k] : 0);
       out.append(text, at, q - at);
       out += rep;
       last_end = out.size();
@@ -225,30 +254,46 @@ std::vector<int> image_placeholder_runs(const ImageEncoder& enc, const std::vect
 }
 
 ImagePrompt build_image_prompt(const LoadedModel& lm, const ImageEncoder& enc, const std::string& text,
-                               const std::vector<vision::RgbImage>& images, bool no_bos) {
+                               const std::vector<vision::RgbImage>& images, bool no_bos, bool pan_and_scan) {
   const int markers = count_markers(text, enc.marker());
   if (markers != static_cast<int>(images.size()))
     throw Error("the prompt has " + std::to_string(markers) + " image marker(s) " + enc.marker() + " but " +
                 std::to_string(images.size()) + " image(s) were given");
   ImagePrompt r;
-  for (const auto& img : images) r.tokens_per_image.push_back(enc.tokens_for(img));
+  std::vector<vision::RgbImage> blocks;  // each image, then its crops
+  std::vector<int> block_tokens;
+  std::vector<int> per_image;
+  for (const auto& img : images) {
+    const std::vector<vision::CropBox> boxes = enc.crops_for(img, pan_and_scan);
+    const int n = enc.tokens_for(img);
+    per_image.push_back(n);
+    r.crops_per_image.push_back(static_cast<int>(boxes.size()));
+    r.tokens_per_image.push_back(n * (1 + static_cast<int>(boxes.size())));
+    blocks.push_back(img);
+    block_tokens.push_back(n);
+    for (const auto& b : boxes) {
+      blocks.push_back(vision::crop_image(img, b));
+      block_tokens.push_back(enc.tokens_for(blocks.back()));
+    }
+  }
   std::string expanded;
   size_t at = 0, k = 0;
   for (size_t p = text.find(enc.marker()); p != std::string::npos; p = text.find(enc.marker(), at)) {
-    expanded += text.substr(at, p - at) + enc.expanded_marker(r.tokens_per_image[k++]);
+    expanded += text.substr(at, p - at) + enc.expanded_marker(per_image[k], r.crops_per_image[k]);
+    ++k;
     at = p + enc.marker().size();
   }
   expanded += text.substr(at);
   r.ids = lm.encode_prompt(expanded, no_bos);
-  const std::vector<int> starts = image_placeholder_runs(enc, r.ids, r.tokens_per_image);
-  r.soft.reserve(images.size());
-  for (const auto& img : images) r.soft.push_back(enc.encode(img));
+  const std::vector<int> starts = image_placeholder_runs(enc, r.ids, block_tokens);
+  r.soft.reserve(blocks.size());
+  for (const auto& img : blocks) r.soft.push_back(enc.encode(img));
   const int H = lm.model().config().hidden_size;
-  for (size_t i = 0; i < images.size(); ++i) {
-    if (static_cast<int>(r.soft[i].size()) != r.tokens_per_image[i] * H)
-      throw Error("internal: image " + std::to_string(i + 1) + " gave " + std::to_string(r.soft[i].size() / H) +
-                  " soft tokens, expected " + std::to_string(r.tokens_per_image[i]));
-    r.spans.push_back(EmbedSpan{starts[i], r.tokens_per_image[i], r.soft[i].data(), enc.bidirectional()});
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (static_cast<int>(r.soft[i].size()) != block_tokens[i] * H)
+      throw Error("internal: image block " + std::to_string(i + 1) + " gave " + std::to_string(r.soft[i].size() / H) +
+                  " soft tokens, expected " + std::to_string(block_tokens[i]));
+    r.spans.push_back(EmbedSpan{starts[i], block_tokens[i], r.soft[i].data(), enc.bidirectional()});
   }
   return r;
 }

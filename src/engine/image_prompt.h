@@ -6,12 +6,13 @@
 // "\n\n<start_of_image>" + N × "<image_soft_token>" + "<end_of_image>\n\n" before tokenisation
 // (exactly what Gemma3Processor does, so "\n" + "\n\n" merge into one token as in transformers);
 // N = mm_tokens_per_image; the N placeholder rows of one image are bidirectional during prefill
-// (token_type_ids).
+// (token_type_ids). Pan-and-scan (off by default): the marker becomes the processor's sentence
+// with the original's block and one block per crop, each bidirectional on its own.
 // Gemma 4: every marker "<|image|>" (the placeholder itself, which the chat template writes per
 // image item) becomes "<|image>" + N × "<|image|>" + "<image|>" with N the image's own soft-token
 // count (Gemma4ImageProcessor: aspect-preserving, ≤ max_soft_tokens); the rows stay causal
-// (use_bidirectional_attention null: E2B/E4B). The 26B/31B rule ("vision": bidirectional image
-// blocks on sliding layers only) is not implemented: such a checkpoint is refused for images.
+// (use_bidirectional_attention null: E2B/E4B); with "vision" (26B/31B) each image's rows see each
+// other on sliding layers only (ModelConfig::image_blocks_sliding_only, Model::forward).
 // The text model's per-layer-embedding rule at media positions is Model::forward's (EmbedSpan).
 #pragma once
 #include <memory>
@@ -35,8 +36,7 @@ class ImageEncoder {
   /// The tower and processor of the checkpoint folder `dir` that `lm` was loaded from (its tensors
   /// are `lm`'s, which must outlive the encoder). Throws eg::Error "this model has no vision
   /// tower" for a text-only checkpoint or a GGUF file (mmproj files are not supported yet), and a
-  /// clear error for a tower that does not fit the text model (soft-token width, token ids) or
-  /// that this build cannot run (Gemma 4 26B/31B's bidirectional image mask).
+  /// clear error for a tower that does not fit the text model (soft-token width, token ids).
   static std::unique_ptr<ImageEncoder> load(const LoadedModel& lm, const std::string& dir);
   /// The tower of a llama.cpp mmproj file (model/mmproj.h, open_mmproj) for `lm` (typically a
   /// text GGUF). The image marker tokens are looked up by their text in `lm`'s vocabulary
@@ -47,16 +47,29 @@ class ImageEncoder {
 
   /// Soft tokens [n, H] of one image (processor + tower); n = tokens_for(img).
   std::vector<float> encode(const vision::RgbImage& img) const;
+  /// Gemma 3 pan-and-scan (gemma-multimodal.md §1.2.1): the crops of `img`, from the original
+  /// pixels, when it is on (the processor config's do_pan_and_scan, or `pan_and_scan`) and
+  /// activates for this image's shape; empty otherwise. Each crop is processed and encoded like
+  /// an image (encode(crop_image(img, box))) and becomes its own block of tokens_for soft tokens.
+  /// Throws eg::Error when `pan_and_scan` is asked of a Gemma 4 model (a Gemma 3 processor option).
+  std::vector<vision::CropBox> crops_for(const vision::RgbImage& img, bool pan_and_scan) const;
+  /// Whether the processor config turns pan-and-scan on by itself.
+  bool pan_and_scan_by_config() const { return pc_.do_pan_and_scan; }
   /// Soft tokens the image becomes (Gemma 3: mm_tokens_per_image; Gemma 4: from its size).
   int tokens_for(const vision::RgbImage& img) const;
   const vision::VisionConfig& config() const { return vc_; }
   bool gemma4() const { return vc_.kind == vision::TowerKind::Gemma4; }
-  /// Whether one image's rows see each other during prefill (Gemma 3) or stay causal (Gemma 4).
-  bool bidirectional() const { return !gemma4(); }
+  /// Whether one image's rows see each other during prefill (Gemma 3: on every layer; Gemma 4
+  /// with use_bidirectional_attention "vision", 26B/31B: on sliding layers) or stay causal
+  /// (Gemma 4 E2B/E4B).
+  bool bidirectional() const { return bidirectional_; }
   /// The image marker text of the chat template / prompt ("<start_of_image>", "<|image|>").
   const std::string& marker() const { return marker_; }
-  /// The processor's replacement of one marker for an image of n soft tokens.
-  std::string expanded_marker(int n) const;
+  /// The processor's replacement of one marker for an image of n soft tokens. With `crops` > 0
+  /// (pan-and-scan, Gemma3Processor.replace_image_token): "Here is the original image " + SEQ +
+  /// " and here are some crops to help you see better " + `crops` × SEQ joined by " ", SEQ being
+  /// the expansion of one image.
+  std::string expanded_marker(int n, int crops = 0) const;
   /// Bytes of the tower's weights.
   size_t weight_bytes() const;
 
@@ -67,23 +80,27 @@ class ImageEncoder {
   std::unique_ptr<vision::Gemma4VisionTower> g4_;
   std::string boi_, eoi_, image_, marker_;
   std::shared_ptr<const Mmproj> mmproj_;  // keeps the mmproj tensors alive
+  bool bidirectional_ = false;
   void bind_tokens(const LoadedModel& lm, const std::string& origin);
 };
 
 /// A tokenised prompt with its images' soft tokens bound to the placeholder positions.
 struct ImagePrompt {
   std::vector<int32_t> ids;
-  std::vector<std::vector<float>> soft;  // per image, [n, H]
-  std::vector<EmbedSpan> spans;          // one per image, rows pointing into `soft`
-  std::vector<int> tokens_per_image;
+  std::vector<std::vector<float>> soft;  // per block (an image, then its pan-and-scan crops), [n, H]
+  std::vector<EmbedSpan> spans;          // one per block, rows pointing into `soft`
+  std::vector<int> tokens_per_image;     // per image, its crops' soft tokens included
+  std::vector<int> crops_per_image;      // pan-and-scan crops per image (0: none)
 };
 
 /// `text` must hold exactly one image marker per image, in order (the chat template writes one
 /// per image item). Expands them, tokenises (LoadedModel::encode_prompt), encodes every image
-/// and checks that each placeholder run has exactly the image's soft-token count. Throws
-/// eg::Error when the counts disagree ("the prompt has 1 image marker(s) but 2 images were given").
+/// (and its crops with `pan_and_scan` or the config's do_pan_and_scan) and checks that each
+/// placeholder run has exactly its block's soft-token count. Throws eg::Error when the counts
+/// disagree ("the prompt has 1 image marker(s) but 2 images were given").
 ImagePrompt build_image_prompt(const LoadedModel& lm, const ImageEncoder& enc, const std::string& text,
-                               const std::vector<vision::RgbImage>& images, bool no_bos);
+                               const std::vector<vision::RgbImage>& images, bool no_bos,
+                               bool pan_and_scan = false);
 
 /// The starts of the placeholder runs of `ids`, which must be exactly counts.size() runs of
 /// counts[k] placeholder ids each. Throws eg::Error otherwise (typed placeholder text, a marker
@@ -93,17 +110,20 @@ std::vector<int> image_placeholder_runs(const ImageEncoder& enc, const std::vect
 
 /// The processor's expansion inside a rendered chat prompt: every image marker of `text` outside
 /// the `protect` ranges (message contents: marker text a user typed stays text) is replaced by
-/// expanded_marker(counts[k]), in order; `protect` and `*cut` (when given) are shifted to match.
+/// expanded_marker(counts[k], crops[k]) (crops null: 0), in order; `protect` and `*cut` (when
+/// given) are shifted to match.
 /// Returns the end of the last expansion in the new text. Throws eg::Error when the number of
 /// markers is not counts.size() ("the chat template wrote 1 image marker(s) <|image|> for 2
 /// image(s)").
 size_t expand_rendered_markers(const ImageEncoder& enc, std::string& text,
                                std::vector<std::pair<size_t, size_t>>& protect, const std::vector<int>& counts,
-                               size_t* cut = nullptr);
+                               size_t* cut = nullptr, const std::vector<int>* crops = nullptr);
 
-/// One image through the processor and tower, as a SessionImage with a fresh id. Throws eg::Error.
+/// One image through the processor and tower, as a SessionImage with a fresh id; with
+/// pan-and-scan on (`pan_and_scan` or the config) its crops too (SessionImage::crops, each with a
+/// fresh id). Throws eg::Error.
 std::shared_ptr<SessionImage> encode_session_image(const ImageEncoder& enc, const vision::RgbImage& img,
-                                                   int hidden_size);
+                                                   int hidden_size, bool pan_and_scan = false);
 
 /// Number of non-overlapping occurrences of `marker` in `text`.
 int count_markers(const std::string& text, const std::string& marker);

@@ -128,7 +128,7 @@ void Session::count_tower(bool audio) const {
 std::shared_ptr<const SessionImage> Session::encode_image(const vision::RgbImage& image) const {
   count_tower(false);
   // "this model has no vision tower" for a text-only model.
-  return encode_session_image(lm_->image_encoder(), image, lm_->model().config().hidden_size);
+  return encode_session_image(lm_->image_encoder(), image, lm_->model().config().hidden_size, opt_.pan_and_scan);
 }
 
 void Session::add_image(const vision::RgbImage& image) {
@@ -201,20 +201,26 @@ Session::Prompt Session::render_tokens(const std::vector<ChatMessage>& msgs, boo
     if (!msgs.back().images.empty()) cut = std::max(cut, last_end);
     if (draft_end_token != nullptr) *draft_end_token = encoder_->encode(r.text, r.content, cut).size();
     p.ids = encoder_->encode(r.text, r.content);
-    const std::vector<int> starts = media_placeholder_runs(ie, ae, p.ids, images);
-    for (size_t i = 0; i < images.size(); ++i) p.media.push_back(Media{starts[i], images[i]});
+    const auto blocks = media_blocks(images);  // pan-and-scan crops are runs of their own
+    const std::vector<int> starts = media_placeholder_runs(ie, ae, p.ids, blocks);
+    for (size_t i = 0; i < blocks.size(); ++i) p.media.push_back(Media{starts[i], blocks[i]});
     return p;
   }
   // The processor's expansion of every image marker the template wrote.
   const ImageEncoder& enc = lm_->image_encoder();
-  std::vector<int> counts;
-  for (const auto& im : images) counts.push_back(im->n);
-  const size_t last_end = expand_rendered_markers(enc, r.text, r.content, counts, &cut);
+  std::vector<int> counts, crops, block_counts;
+  for (const auto& im : images) {
+    counts.push_back(im->n);
+    crops.push_back(static_cast<int>(im->crops.size()));
+  }
+  const auto blocks = media_blocks(images);
+  for (const auto& b : blocks) block_counts.push_back(b->n);
+  const size_t last_end = expand_rendered_markers(enc, r.text, r.content, counts, &cut, &crops);
   if (!msgs.back().images.empty()) cut = std::max(cut, last_end);
   if (draft_end_token != nullptr) *draft_end_token = encoder_->encode(r.text, r.content, cut).size();
   p.ids = encoder_->encode(r.text, r.content);
-  const std::vector<int> starts = image_placeholder_runs(enc, p.ids, counts);
-  for (size_t i = 0; i < images.size(); ++i) p.media.push_back(Media{starts[i], images[i]});
+  const std::vector<int> starts = image_placeholder_runs(enc, p.ids, block_counts);
+  for (size_t i = 0; i < blocks.size(); ++i) p.media.push_back(Media{starts[i], blocks[i]});
   return p;
 }
 

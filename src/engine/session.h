@@ -125,6 +125,11 @@ struct SessionOptions {
   int prefill_chunk_tokens = 32;
   /// Keep generating through stop ids (end of turn / eos).
   bool ignore_eos = false;
+  /// Gemma 3 pan-and-scan for the images this session encodes (docs/vision.md): each image that
+  /// is wide or tall enough also gets 2–4 crops, each another block of soft tokens. Off by
+  /// default, as transformers; a processor config with do_pan_and_scan true turns it on by
+  /// itself. A Gemma 4 model refuses it (eg::Error on the first image).
+  bool pan_and_scan = false;
 };
 
 /// Per generate()/chat() call. Timings in milliseconds, rates in tokens per second.
@@ -295,6 +300,9 @@ class Session {
   const SessionStats& last_stats() const { return stats_; }
   size_t kv_bytes() const;
   const SessionOptions& options() const { return opt_; }
+  /// Turns Gemma 3 pan-and-scan on or off for the images encoded from now on
+  /// (SessionOptions::pan_and_scan); images already attached keep their crops.
+  void set_pan_and_scan(bool on) { opt_.pan_and_scan = on; }
   const LoadedModel& model() const { return *lm_; }
 
   /// Replaces the sampling parameters, keeping the RNG state and penalty window (Sampler::set_params).

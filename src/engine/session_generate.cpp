@@ -99,7 +99,7 @@ TurnResult Session::generate(const GenerateParams& gp, const PieceCallback& on_p
   st.context_size = ctx_;
   if (opt_.chat) {
     for (const auto& m : draft_images_) {
-      (m->audio ? st.audio_soft_tokens : st.image_soft_tokens) += m->n;
+      (m->audio ? st.audio_soft_tokens : st.image_soft_tokens) += soft_tokens_with_crops(*m);
       (m->audio ? st.audio_encode_ms : st.image_encode_ms) += m->encode_ms;
       st.images += m->audio ? 0 : 1;
     }

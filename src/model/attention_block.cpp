@@ -74,9 +74,11 @@ void attention(const Step& st, int layer, const LayerWeights& w, const float* in
       t0 += n;
     }
   }
-  // kv.view(layer) reads the source layer's pages for a KV-shared layer.
+  // kv.view(layer) reads the source layer's pages for a KV-shared layer. Gemma 4 "vision": image
+  // blocks reach forward on sliding layers only (ModelConfig::image_blocks_sliding_only).
+  const int32_t* key_end = st.cfg.image_blocks_sliding_only && lc.type != LayerType::Sliding ? nullptr : st.key_end;
   kv::paged_attention(s.q.data(), st.T, st.pos, kv.view(layer), attention_params(st.cfg, lc), s.attn.data(),
-                      st.key_end);
+                      key_end);
   ops::matmul(s.attn.data(), st.T, w.o, out);
 }
 

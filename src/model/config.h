@@ -60,6 +60,12 @@ struct ModelConfig {
   /// _bidirectional_window_overlay keeps |q - k| < that) and llama.cpp's SWA_TYPE_SYMMETRIC.
   /// Such a model runs through Model::encode only (Model::forward refuses it).
   bool bidirectional = false;
+  /// Gemma 4 text_config.use_bidirectional_attention = "vision" (26B-A4B / 31B;
+  /// gemma-multimodal.md §2.5.3, rule (C) of transformers 5.17's create_masks_for_vision_model):
+  /// a bidirectional image block (EmbedSpan::bidirectional) sees its own later rows on sliding
+  /// layers only, `(causal OR same block) AND k > q − W`; full layers stay causal. Unset (Gemma 3):
+  /// the block is bidirectional on every layer.
+  bool image_blocks_sliding_only = false;
   std::vector<LayerConfig> layers;
 
   // Gemma 4 per-layer embeddings (PLE): table [ple_vocab, n_layers·ple_dim]; 0 = none.

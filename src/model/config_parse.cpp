@@ -107,6 +107,9 @@ void fill_common(const Fields& f, ModelConfig& c, int default_vocab, int default
   if (t.contains("use_bidirectional_attention") && t["use_bidirectional_attention"].is_string() &&
       t["use_bidirectional_attention"] == "all")
     f.fail("use_bidirectional_attention='all' (an encoder) is not supported");
+  if (c.family == ModelFamily::Gemma4 && t.contains("use_bidirectional_attention") &&
+      t["use_bidirectional_attention"].is_string() && t["use_bidirectional_attention"] == "vision")
+    c.image_blocks_sliding_only = true;
   if (c.vocab_size <= 0 || c.hidden_size <= 0 || c.n_layers <= 0 || c.n_heads <= 0)
     f.fail("sizes must be positive");
   if (c.n_layers > 4096 || c.hidden_size > (1 << 20)) f.fail("implausible model size");

@@ -158,7 +158,7 @@ struct Server::Impl {
 
   RequestContext request_context(const Backend& b) const {
     return RequestContext{*b.lm, b.encoder, opt.model_id, opt.scheduler.context_tokens, b.encoder.template_uses_tools(),
-                          &b.media_cache};
+                          &b.media_cache, opt.pan_and_scan};
   }
 
   // Loads `m` beside the running version, routes new requests to it, waits until every request

@@ -444,7 +444,7 @@ GenRequest parse_chat_request(const json& b, const RequestContext& ctx, size_t* 
           if (!m.encoded.empty()) {
             encoded.push_back(m.encoded[0]);
           } else {
-            encoded.push_back(encode_session_image(ctx.model.image_encoder(), m.image, H));
+            encoded.push_back(encode_session_image(ctx.model.image_encoder(), m.image, H, ctx.pan_and_scan));
             if (ctx.media_cache != nullptr) ctx.media_cache->insert(m.source, {encoded.back()});
           }
         } else {
@@ -475,16 +475,22 @@ GenRequest parse_chat_request(const json& b, const RequestContext& ctx, size_t* 
       std::vector<std::shared_ptr<const SessionImage>> items(encoded.begin(), encoded.end());
       expand_rendered_media(ie, ae, rendered.text, rendered.content, items);
       r.prompt = ctx.encoder.encode(rendered.text, rendered.content, std::string::npos, add_bos);
-      const std::vector<int> starts = media_placeholder_runs(ie, ae, r.prompt, items);
-      for (size_t k = 0; k < encoded.size(); ++k) r.media.push_back(MediaRun{starts[k], encoded[k]});
+      const auto blocks = media_blocks(items);  // pan-and-scan crops are runs of their own
+      const std::vector<int> starts = media_placeholder_runs(ie, ae, r.prompt, blocks);
+      for (size_t k = 0; k < blocks.size(); ++k) r.media.push_back(MediaRun{starts[k], blocks[k]});
     } else if (!encoded.empty()) {
       const ImageEncoder& enc = ctx.model.image_encoder();
-      std::vector<int> counts;
-      for (const auto& im : encoded) counts.push_back(im->n);
-      expand_rendered_markers(enc, rendered.text, rendered.content, counts);
+      std::vector<int> counts, crops, block_counts;
+      for (const auto& im : encoded) {
+        counts.push_back(im->n);
+        crops.push_back(static_cast<int>(im->crops.size()));
+      }
+      const auto blocks = media_blocks({encoded.begin(), encoded.end()});
+      for (const auto& b : blocks) block_counts.push_back(b->n);
+      expand_rendered_markers(enc, rendered.text, rendered.content, counts, nullptr, &crops);
       r.prompt = ctx.encoder.encode(rendered.text, rendered.content, std::string::npos, add_bos);
-      const std::vector<int> starts = image_placeholder_runs(enc, r.prompt, counts);
-      for (size_t k = 0; k < encoded.size(); ++k) r.media.push_back(MediaRun{starts[k], encoded[k]});
+      const std::vector<int> starts = image_placeholder_runs(enc, r.prompt, block_counts);
+      for (size_t k = 0; k < blocks.size(); ++k) r.media.push_back(MediaRun{starts[k], blocks[k]});
     } else {
       r.prompt = ctx.encoder.encode(rendered.text, rendered.content, std::string::npos, add_bos);
     }

@@ -41,6 +41,8 @@ struct RequestContext {
   bool template_has_tools = false;
   // Encoded images kept between requests (null: none); see server/media_cache.h.
   MediaCache* media_cache = nullptr;
+  // Gemma 3 pan-and-scan for the request images (serve --pan-and-scan; docs/vision.md).
+  bool pan_and_scan = false;
 };
 
 /// Throws ApiError(400) for anything invalid, including a prompt that leaves no room in the

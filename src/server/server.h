@@ -42,6 +42,8 @@ struct ServerOptions {
   int http_threads = 0;
   // Bytes of encoded images / audio clips kept between requests (server/media_cache.h); 0: off.
   size_t media_cache_bytes = size_t{64} << 20;
+  // Gemma 3 pan-and-scan for every request image (--pan-and-scan; docs/vision.md).
+  bool pan_and_scan = false;
   SchedulerOptions scheduler;
   // The embedding model behind POST /v1/embeddings (null: that route answers 400), and its id.
   std::shared_ptr<embed::Embedder> embedder;

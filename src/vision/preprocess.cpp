@@ -1,6 +1,8 @@
 #include "vision/preprocess.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -79,8 +81,20 @@ ImageProcessorConfig load_image_processor_config(const std::string& dir, bool ge
   triple(ip, "image_std", c.std, origin);
   for (float s : c.std)
     if (c.do_normalize && !(s != 0.0f)) throw Error(origin + ": image_std must be non-zero");
-  if (flag(ip, "do_pan_and_scan", false, origin))
-    throw Error(origin + ": do_pan_and_scan is not supported yet");
+  c.do_pan_and_scan = flag(ip, "do_pan_and_scan", false, origin);
+  c.pan_and_scan_min_crop_size =
+      static_cast<int>(num(ip, "pan_and_scan_min_crop_size", c.pan_and_scan_min_crop_size, origin));
+  c.pan_and_scan_max_num_crops =
+      static_cast<int>(num(ip, "pan_and_scan_max_num_crops", c.pan_and_scan_max_num_crops, origin));
+  c.pan_and_scan_min_ratio_to_activate =
+      num(ip, "pan_and_scan_min_ratio_to_activate", c.pan_and_scan_min_ratio_to_activate, origin);
+  if (c.pan_and_scan_min_crop_size < 1 || c.pan_and_scan_min_crop_size > 65536)
+    throw Error(origin + ": pan_and_scan_min_crop_size must be 1..65536");
+  if (c.pan_and_scan_max_num_crops < 1 || c.pan_and_scan_max_num_crops > 64)
+    throw Error(origin + ": pan_and_scan_max_num_crops must be 1..64");
+  if (!(c.pan_and_scan_min_ratio_to_activate > 0) || !std::isfinite(c.pan_and_scan_min_ratio_to_activate))
+    throw Error(origin + ": pan_and_scan_min_ratio_to_activate must be a positive number");
+  if (gemma4 && c.do_pan_and_scan) throw Error(origin + ": do_pan_and_scan is a Gemma 3 processor option");
   if (ip.contains("size") && ip["size"].is_object()) {
     c.height = static_cast<int>(num(ip["size"], "height", c.height, origin));
     c.width = static_cast<int>(num(ip["size"], "width", c.width, origin));
@@ -122,6 +136,50 @@ std::vector<float> gemma3_pixel_values(const RgbImage& img, const ImageProcessor
     }
   }
   return out;
+}
+
+std::vector<CropBox> pan_and_scan_crops(int height, int width, const ImageProcessorConfig& cfg) {
+  if (height <= 0 || width <= 0) throw Error("pan-and-scan: empty image");
+  const double h = height, w = width;
+  const int min_crop = cfg.pan_and_scan_min_crop_size;
+  int nw = 1, nh = 1;
+  auto clamp_n = [&](int n) { return std::min(cfg.pan_and_scan_max_num_crops, std::max(2, n)); };
+  if (width >= height) {  // square or landscape
+    if (w / h < cfg.pan_and_scan_min_ratio_to_activate) return {};
+    nw = static_cast<int>(std::floor(w / h + 0.5));  // half rounds up
+    nw = clamp_n(std::min(static_cast<int>(std::floor(w / min_crop)), nw));
+  } else {
+    if (h / w < cfg.pan_and_scan_min_ratio_to_activate) return {};
+    nh = static_cast<int>(std::floor(h / w + 0.5));
+    nh = clamp_n(std::min(static_cast<int>(std::floor(h / min_crop)), nh));
+  }
+  const int cw = static_cast<int>(std::ceil(w / nw)), ch = static_cast<int>(std::ceil(h / nh));
+  if (std::min(cw, ch) < min_crop) return {};
+  std::vector<CropBox> out;
+  for (int j = 0; j < nh; ++j)
+    for (int i = 0; i < nw; ++i) {
+      CropBox b{cw * i, ch * j, 0, 0};
+      b.w = std::min(cw, width - b.x);  // numpy / torch slicing clamps at the border
+      b.h = std::min(ch, height - b.y);
+      if (b.w <= 0 || b.h <= 0)
+        throw Error("pan-and-scan: an image of " + std::to_string(width) + "x" + std::to_string(height) +
+                    " would give an empty crop with these settings");
+      out.push_back(b);
+    }
+  return out;
+}
+
+RgbImage crop_image(const RgbImage& img, const CropBox& b) {
+  if (b.x < 0 || b.y < 0 || b.w <= 0 || b.h <= 0 || b.x + b.w > img.width || b.y + b.h > img.height)
+    throw Error("crop outside the image");
+  RgbImage r;
+  r.width = b.w;
+  r.height = b.h;
+  r.rgb.resize(static_cast<size_t>(b.w) * b.h * 3);
+  for (int y = 0; y < b.h; ++y)
+    std::memcpy(r.rgb.data() + static_cast<size_t>(y) * b.w * 3,
+                img.rgb.data() + (static_cast<size_t>(b.y + y) * img.width + b.x) * 3, static_cast<size_t>(b.w) * 3);
+  return r;
 }
 
 void gemma4_target_size(int h, int w, const ImageProcessorConfig& cfg, int& out_h, int& out_w) {

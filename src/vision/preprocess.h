@@ -27,7 +27,30 @@ struct ImageProcessorConfig {
   int patch_size = 16, pooling_kernel = 3, max_soft_tokens = 280;
   /// Gemma 3 soft tokens per image ("image_seq_length"); Gemma 4: decided per image.
   int image_seq_length = 256;
+  /// Gemma 3 pan-and-scan (§1.2.1): on when the config's do_pan_and_scan is true (the processor
+  /// default is off; callers may turn it on per request). The settings are the config's
+  /// pan_and_scan_* keys, else Gemma3Processor's defaults.
+  bool do_pan_and_scan = false;
+  int pan_and_scan_min_crop_size = 256;
+  int pan_and_scan_max_num_crops = 4;
+  double pan_and_scan_min_ratio_to_activate = 1.2;
 };
+
+/// One pan-and-scan crop of the original image: columns [x, x + w), rows [y, y + h).
+struct CropBox {
+  int x = 0, y = 0, w = 0, h = 0;
+};
+
+/// Gemma3ImageProcessor.pan_and_scan's crops of an image of height × width pixels (transformers
+/// image_processing_gemma3.py, read, not copied), in row-major order; empty when it does not
+/// activate (aspect ratio below pan_and_scan_min_ratio_to_activate, or a crop side below
+/// pan_and_scan_min_crop_size). Landscape/square: n = clamp(min(⌊w/h + 0.5⌋, ⌊w/min_crop⌋), 2,
+/// max_num_crops) columns of ⌈w/n⌉ pixels (the last one clamped at the border); portrait: the same
+/// with rows. Throws eg::Error when a crop would be empty (settings so small that HF would fail).
+std::vector<CropBox> pan_and_scan_crops(int height, int width, const ImageProcessorConfig& cfg);
+
+/// The pixels of `box` (inside img).
+RgbImage crop_image(const RgbImage& img, const CropBox& box);
 
 /// Reads <dir>/processor_config.json ({"image_processor": {...}, "image_seq_length": N}) or
 /// <dir>/preprocessor_config.json (flat). Neither present: the released defaults of the family.
@@ -38,7 +61,7 @@ ImageProcessorConfig load_image_processor_config(const std::string& dir, bool ge
 /// Gemma 3: resize to height × width (aspect ratio not kept), then
 /// p = (float(u8) − mean/rescale) / (std/rescale) (the fused float32 form the torchvision backend
 /// uses; without normalisation p = float(u8)·float(rescale)). Returns pixel_values [3, H, W]
-/// (channel-first). Pan-and-scan is not implemented (off by default in the processor).
+/// (channel-first). Pan-and-scan crops are processed the same way, each on its own (crop_image).
 std::vector<float> gemma3_pixel_values(const RgbImage& img, const ImageProcessorConfig& cfg);
 
 /// Gemma 4 target size (§2.2 step 2): aspect-preserving within max_soft_tokens·k² patches, sides
