@@ -118,8 +118,16 @@ std::vector<vision::CropBox> ImageEncoder::crops_for(const vision::RgbImage& img
     if (pan_and_scan) throw Error("pan-and-scan is a Gemma 3 image processor option (this is a Gemma 4 model)");
     return {};
   }
-  if (!pan_and_scan && !pc_.do_pan_and_scan) return {};
-  return vision::pan_and_scan_crops(img.height, img.width, pc_);
+  if (!pan_and_scan) return {};
+  // As Gemma3Processor: its call's defaults (off; min crop 256, at most 4 crops, ratio 1.2) win over
+  // the image processor config's do_pan_and_scan / pan_and_scan_* keys, which only the image
+  // processor used alone honours (transformers 5.17, tests/fixtures/gemma3-panscan: custom_config).
+  const vision::ImageProcessorConfig def{};
+  vision::ImageProcessorConfig ps = pc_;
+  ps.pan_and_scan_min_crop_size = def.pan_and_scan_min_crop_size;
+  ps.pan_and_scan_max_num_crops = def.pan_and_scan_max_num_crops;
+  ps.pan_and_scan_min_ratio_to_activate = def.pan_and_scan_min_ratio_to_activate;
+  return vision::pan_and_scan_crops(img.height, img.width, ps);
 }
 
 size_t ImageEncoder::weight_bytes() const { return g4_ ? g4_->weight_bytes() : siglip_->weight_bytes(); }

@@ -48,13 +48,11 @@ class ImageEncoder {
   /// Soft tokens [n, H] of one image (processor + tower); n = tokens_for(img).
   std::vector<float> encode(const vision::RgbImage& img) const;
   /// Gemma 3 pan-and-scan (gemma-multimodal.md §1.2.1): the crops of `img`, from the original
-  /// pixels, when it is on (the processor config's do_pan_and_scan, or `pan_and_scan`) and
-  /// activates for this image's shape; empty otherwise. Each crop is processed and encoded like
+  /// pixels, when `pan_and_scan` is on and it activates for this image's shape (Gemma3Processor's
+  /// settings, not the config's: see ImageProcessorConfig); empty otherwise. Each crop is processed and encoded like
   /// an image (encode(crop_image(img, box))) and becomes its own block of tokens_for soft tokens.
   /// Throws eg::Error when `pan_and_scan` is asked of a Gemma 4 model (a Gemma 3 processor option).
   std::vector<vision::CropBox> crops_for(const vision::RgbImage& img, bool pan_and_scan) const;
-  /// Whether the processor config turns pan-and-scan on by itself.
-  bool pan_and_scan_by_config() const { return pc_.do_pan_and_scan; }
   /// Soft tokens the image becomes (Gemma 3: mm_tokens_per_image; Gemma 4: from its size).
   int tokens_for(const vision::RgbImage& img) const;
   const vision::VisionConfig& config() const { return vc_; }
@@ -95,7 +93,7 @@ struct ImagePrompt {
 
 /// `text` must hold exactly one image marker per image, in order (the chat template writes one
 /// per image item). Expands them, tokenises (LoadedModel::encode_prompt), encodes every image
-/// (and its crops with `pan_and_scan` or the config's do_pan_and_scan) and checks that each
+/// (and its crops with `pan_and_scan`) and checks that each
 /// placeholder run has exactly its block's soft-token count. Throws eg::Error when the counts
 /// disagree ("the prompt has 1 image marker(s) but 2 images were given").
 ImagePrompt build_image_prompt(const LoadedModel& lm, const ImageEncoder& enc, const std::string& text,

@@ -127,8 +127,9 @@ struct SessionOptions {
   bool ignore_eos = false;
   /// Gemma 3 pan-and-scan for the images this session encodes (docs/vision.md): each image that
   /// is wide or tall enough also gets 2–4 crops, each another block of soft tokens. Off by
-  /// default, as transformers; a processor config with do_pan_and_scan true turns it on by
-  /// itself. A Gemma 4 model refuses it (eg::Error on the first image).
+  /// default, as transformers' Gemma3Processor (which ignores a processor config's
+  /// do_pan_and_scan and pan_and_scan_* keys: its own defaults win, and so do ours). A Gemma 4
+  /// model refuses it (eg::Error on the first image).
   bool pan_and_scan = false;
 };
 

@@ -27,9 +27,10 @@ struct ImageProcessorConfig {
   int patch_size = 16, pooling_kernel = 3, max_soft_tokens = 280;
   /// Gemma 3 soft tokens per image ("image_seq_length"); Gemma 4: decided per image.
   int image_seq_length = 256;
-  /// Gemma 3 pan-and-scan (§1.2.1): on when the config's do_pan_and_scan is true (the processor
-  /// default is off; callers may turn it on per request). The settings are the config's
-  /// pan_and_scan_* keys, else Gemma3Processor's defaults.
+  /// Gemma 3 pan-and-scan (§1.2.1) as the config's do_pan_and_scan / pan_and_scan_* keys give it
+  /// (else Gemma3Processor's defaults): what Gemma3ImageProcessor used alone does. The engine
+  /// follows Gemma3Processor instead, whose call defaults win over these keys: off unless the
+  /// caller turns it on, then always 256 / 4 / 1.2 (ImageEncoder::crops_for).
   bool do_pan_and_scan = false;
   int pan_and_scan_min_crop_size = 256;
   int pan_and_scan_max_num_crops = 4;
