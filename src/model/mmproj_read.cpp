@@ -120,11 +120,11 @@ Mmproj open_mmproj(const std::string& path) {
   m.has_audio = g.get_bool("clip.has_audio_encoder", false);
   if (!m.has_vision && !m.has_audio)
     throw fail("the mmproj has no vision or audio encoder (clip.has_vision_encoder, clip.has_audio_encoder)");
-  // Mixed-modality files name each tower's projector (clip.vision/audio.projector_type), others
-  // one for the file (clip.projector_type).
+  // One projector type for the file (clip.projector_type), else one per tower
+  // (clip.vision/audio.projector_type, mixed-modality files): clip.cpp's precedence.
   const std::string common = g.get_string("clip.projector_type", "");
-  if (m.has_vision) m.projector_type = g.get_string("clip.vision.projector_type", common);
-  if (m.has_audio) m.audio_projector_type = g.get_string("clip.audio.projector_type", common);
+  if (m.has_vision) m.projector_type = common.empty() ? g.get_string("clip.vision.projector_type", "") : common;
+  if (m.has_audio) m.audio_projector_type = common.empty() ? g.get_string("clip.audio.projector_type", "") : common;
   for (const std::string& p : {m.projector_type, m.audio_projector_type})
     if (p == "gemma4uv" || p == "gemma4ua")
       throw fail("projector type '" + p + "' (the unified Gemma 4 towers) is not supported");
