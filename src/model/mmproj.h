@@ -1,7 +1,8 @@
-// llama.cpp "mmproj" GGUF files: a multimodal checkpoint's vision tower (and projector) stored
-// apart from the text GGUF, as llama.cpp's converter writes them (convert_hf_to_gguf.py
-// --mmproj: MmprojModel, Gemma3VisionModel; gguf-py constants.py Keys.ClipVision, TENSOR_NAMES
-// V_*; tensor_mapping.py) and as llama.cpp's tools/mtmd/clip.cpp loads them (read, not copied).
+// llama.cpp "mmproj" GGUF files: a multimodal checkpoint's vision tower and projector (Gemma 4:
+// also the audio tower) stored apart from the text GGUF, as llama.cpp's converter writes them
+// (convert_hf_to_gguf.py --mmproj: MmprojModel, Gemma3VisionModel, Gemma4VisionAudioModel;
+// gguf-py constants.py Keys.Clip*, TENSOR_NAMES V_* / A_*; tensor_mapping.py) and as llama.cpp's
+// tools/mtmd/clip.cpp loads them (read, not copied).
 //
 // File layout written and read here (Gemma 3, projector type "gemma3"):
 //   general.architecture = "clip", general.type = "mmproj", general.file_type,
