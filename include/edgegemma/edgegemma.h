@@ -66,12 +66,14 @@ int eg_model_load(const char* path, eg_model** out);
  * model fits, else the CPU), "cpu" or "cuda". An explicit device that this build or machine lacks
  * fails with EG_ERR_FAILED and says so in eg_last_error(). */
 int eg_model_load_device(const char* path, const char* device, eg_model** out);
-/* The same, plus a llama.cpp mmproj GGUF with the vision tower (`edgegemma quantize --mmproj`
- * writes one; Gemma 3 only so far, docs/vision.md): images then go through that tower, so a text
- * GGUF + its mmproj take images as the Hugging Face directory does. mmproj_path NULL = none (the
- * mmproj is never picked up by itself). Fails with EG_ERR_FAILED naming the file when it is not an
- * mmproj, its projector type is unsupported, or a tensor is missing or mis-shaped; that it belongs
- * to the text model (family, width) is checked when the first image is encoded. */
+/* The same, plus a llama.cpp mmproj GGUF with the vision tower (Gemma 3) or the vision and audio
+ * towers (Gemma 4) (`edgegemma quantize --mmproj` writes one; docs/vision.md, docs/audio.md):
+ * images and clips then go through those towers, so a text GGUF + its mmproj take images and audio
+ * as the Hugging Face directory does. mmproj_path NULL = none (the mmproj is never picked up by
+ * itself). Fails with EG_ERR_FAILED naming the file when it is not an mmproj, its projector type is
+ * unsupported, or a tensor is missing or mis-shaped; that it belongs to the text model (family,
+ * width) is checked when the first image / clip is encoded ("this model has no audio tower" for a
+ * vision-only mmproj). */
 int eg_model_load_mmproj(const char* path, const char* mmproj_path, const char* device, eg_model** out);
 /* The device the model's steps run on ("cpu", "cuda"); "" for NULL. Valid while the model lives. */
 const char* eg_model_device(const eg_model* model);

@@ -304,7 +304,7 @@ int chat(const ChatArgs& a) {
 Action register_chat(CLI::App& app) {
   auto a = std::make_shared<ChatArgs>();
   app.add_option("-m,--model", a->model_dir, "model directory (default: bundled tiny-gemma3)");
-  app.add_option("--mmproj", a->mmproj, "llama.cpp mmproj GGUF with the vision tower for a text GGUF (edgegemma quantize --mmproj writes one; not found automatically)");
+  app.add_option("--mmproj", a->mmproj, "llama.cpp mmproj GGUF with the vision tower (Gemma 4: and the audio tower) for a text GGUF (edgegemma quantize --mmproj writes one; not found automatically)");
   app.add_option("--system", a->system, "system message (Gemma 2/3 fold it into the first user turn)");
   app.add_option("-n,--n-predict", a->n_predict, "max new tokens per answer (default 1024)")->check(kCount);
   app.add_option("-c,--ctx", a->ctx, "context size in tokens, all turns (default: min(4096, the model's))")

@@ -1,5 +1,5 @@
 // `edgegemma quantize`: write a model (Hugging Face directory or GGUF) as a quantized GGUF file
-// that llama.cpp and edgegemma load (model/gguf_quantize.h), and/or the vision tower of a multimodal
+// that llama.cpp and edgegemma load (model/gguf_quantize.h), and/or the towers of a multimodal
 // Hugging Face checkpoint as a llama.cpp mmproj file (--mmproj, model/mmproj.h).
 #include <cstdio>
 #include <map>
@@ -30,7 +30,7 @@ void print_counts(const std::string& out, uint64_t bytes, const std::map<std::st
 
 int quantize(const QuantizeArgs& a) {
   apply_threads(a.threads);
-  if (a.out.empty() && a.mmproj.empty()) throw Error("give -o OUT.gguf (the text model), --mmproj OUT.gguf (the vision tower), or both");
+  if (a.out.empty() && a.mmproj.empty()) throw Error("give -o OUT.gguf (the text model), --mmproj OUT.gguf (the vision / audio towers), or both");
   ProgressReporter progress(ProgressReporter::stderr_options(a.quiet));
   if (!a.mmproj.empty()) {
     MmprojWriteOptions mo;
@@ -62,7 +62,7 @@ Action register_quantize(CLI::App& app) {
   app.add_option("-m,--model", a->in, "input: Hugging Face model directory or .gguf file")->required();
   app.add_option("-o,--output", a->out, "output .gguf file of the text model (written atomically)");
   app.add_option("--mmproj", a->mmproj,
-                 "also (or only) write the vision tower of a multimodal HF checkpoint as a llama.cpp mmproj .gguf");
+                 "also (or only) write the vision tower (Gemma 4: and the audio tower) of a multimodal HF checkpoint as a llama.cpp mmproj .gguf");
   app.add_option("--mmproj-type", a->mmproj_type, "matrix type of the mmproj: f16 (default) | f32 | q8_0")
       ->check(CLI::IsMember({"f16", "f32", "q8_0"}));
   app.add_option("--type", a->type, "q8_0 | q4_0 | q4_k | q4_k_m | eg_q4_g128 | f16 | f32 (default q8_0)")

@@ -257,7 +257,7 @@ int run(const RunArgs& a) {
 Action register_run(CLI::App& app) {
   auto a = std::make_shared<RunArgs>();
   app.add_option("-m,--model", a->model_dir, "model directory (default: bundled tiny-gemma3)");
-  app.add_option("--mmproj", a->mmproj, "llama.cpp mmproj GGUF with the vision tower for a text GGUF (edgegemma quantize --mmproj writes one; not found automatically)");
+  app.add_option("--mmproj", a->mmproj, "llama.cpp mmproj GGUF with the vision tower (Gemma 4: and the audio tower) for a text GGUF (edgegemma quantize --mmproj writes one; not found automatically)");
   app.add_option("-p,--prompt", a->prompt, "prompt text")->each([a](const std::string&) { a->prompt_given = true; });
   app.add_option("-f,--file", a->prompt_file, "read the prompt from a file");
   app.add_option("-n,--n-predict", a->n_predict, "max new tokens (default 256)")->check(kCount);

@@ -241,7 +241,7 @@ Action register_serve(CLI::App& app) {
   app.add_option("-m,--model", a->model,
                  "model directory or .gguf file, or a store reference: NAME (serves its current version and follows "
                  "it), NAME:VERSION, sha256:PREFIX (default: bundled tiny-gemma3)");
-  app.add_option("--mmproj", a->mmproj, "llama.cpp mmproj GGUF with the vision tower for a text GGUF (edgegemma quantize --mmproj writes one; not found automatically)");
+  app.add_option("--mmproj", a->mmproj, "llama.cpp mmproj GGUF with the vision tower (Gemma 4: and the audio tower) for a text GGUF (edgegemma quantize --mmproj writes one; not found automatically)");
   app.add_option("--store", a->store, "model store folder (default: $EDGEGEMMA_STORE or ~/.local/share/edgegemma/models)");
   app.add_option("--admin-key", a->admin_key, "enable admin routes (POST /v1/models/NAME/rollback) with Authorization: Bearer KEY");
   app.add_option("--rollback-if", a->rollback_if,

@@ -32,7 +32,7 @@ std::unique_ptr<AudioEncoder> AudioEncoder::load(const LoadedModel& lm, const st
   namespace fs = std::filesystem;
   if (!fs::is_directory(dir) || !fs::exists(fs::path(dir) / "config.json"))
     throw Error("this model has no audio tower (" + dir +
-                " is not a Hugging Face checkpoint folder; GGUF mmproj files are not supported yet)");
+                " is not a Hugging Face checkpoint folder; give a GGUF's towers with --mmproj FILE)");
   auto e = std::unique_ptr<AudioEncoder>(new AudioEncoder());
   e->ac_ = audio::load_audio_config(dir);
   if (!e->ac_.present) throw Error("this model has no audio tower (" + dir + ")");
@@ -55,6 +55,40 @@ std::unique_ptr<AudioEncoder> AudioEncoder::load(const LoadedModel& lm, const st
   e->boa_ = tok.piece(e->ac_.boa_id);
   e->eoa_ = tok.piece(e->ac_.eoa_id);
   e->marker_ = tok.piece(e->ac_.audio_token_id);
+  return e;
+}
+
+std::unique_ptr<AudioEncoder> AudioEncoder::load_mmproj(const LoadedModel& lm, std::shared_ptr<const Mmproj> mm) {
+  const std::string& path = mm->path;
+  if (!mm->has_audio)
+    throw Error("this model has no audio tower (" + path + ": the mmproj has no audio encoder, clip.has_audio_encoder)");
+  if (mm->audio_projector_type != "gemma4a")
+    throw Error(path + ": audio projector type '" + mm->audio_projector_type + "' is not supported");
+  const ModelConfig& mc = lm.model().config();
+  if (mc.family != ModelFamily::Gemma4)
+    throw Error(path + ": a Gemma 4 audio tower (projector type 'gemma4a') does not belong to this " +
+                std::string(mc.family == ModelFamily::Gemma3 ? "Gemma 3" : "Gemma 2") + " text model");
+  auto e = std::unique_ptr<AudioEncoder>(new AudioEncoder());
+  e->ac_ = mm->audio;
+  if (e->ac_.text_hidden != mc.hidden_size)
+    throw Error(path + ": the audio tower produces " + std::to_string(e->ac_.text_hidden) +
+                "-wide soft tokens (clip.audio.projection_dim) but the text model is " + std::to_string(mc.hidden_size) +
+                " wide");
+  const Tokenizer& tok = lm.tokenizer();
+  const char* names[3] = {"<|audio>", "<audio|>", "<|audio|>"};  // by text, as llama.cpp's mtmd
+  int* ids[3] = {&e->ac_.boa_id, &e->ac_.eoa_id, &e->ac_.audio_token_id};
+  for (int i = 0; i < 3; ++i) {
+    *ids[i] = tok.token_id(names[i]);
+    if (*ids[i] < 0 || *ids[i] >= mc.vocab_size)
+      throw Error(path + ": the text model's vocabulary has no " + names[i] + " token (needed for audio)");
+  }
+  e->fe_ = std::make_unique<audio::FeatureExtractor>(mm->features);
+  e->tower_ = std::make_unique<audio::Gemma4AudioTower>(e->ac_, mm->store);
+  e->seq_length_ = 750;  // Gemma4Processor's audio_seq_length (the mmproj has no key for it)
+  e->boa_ = tok.piece(e->ac_.boa_id);
+  e->eoa_ = tok.piece(e->ac_.eoa_id);
+  e->marker_ = tok.piece(e->ac_.audio_token_id);
+  e->mmproj_ = std::move(mm);
   return e;
 }
 

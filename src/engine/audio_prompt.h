@@ -27,9 +27,15 @@ class AudioEncoder {
  public:
   /// The tower and feature extractor of the checkpoint folder `dir` that `lm` was loaded from.
   /// Throws eg::Error "this model has no audio tower" for a checkpoint without one (text-only,
-  /// Gemma 3, Gemma 4 26B/31B) or a GGUF file, and a clear error when the tower does not fit the
+  /// Gemma 3, Gemma 4 26B/31B) or a GGUF file (its tower: load_mmproj), and a clear error when the tower does not fit the
   /// text model (soft-token width, token ids, family).
   static std::unique_ptr<AudioEncoder> load(const LoadedModel& lm, const std::string& dir);
+  /// The audio tower of a Gemma 4 llama.cpp mmproj file (model/mmproj.h, projector type
+  /// "gemma4a") for `lm` (typically a text GGUF), with the Gemma 4 log-mel front end and
+  /// audio_seq_length 750. The marker tokens are looked up by their text (<|audio>, <audio|>,
+  /// <|audio|>). Throws eg::Error naming the file when it has no audio encoder ("this model has
+  /// no audio tower") or does not belong to the text model (family, soft-token width, tokens).
+  static std::unique_ptr<AudioEncoder> load_mmproj(const LoadedModel& lm, std::shared_ptr<const Mmproj> mm);
 
   /// Soft tokens per segment of a clip of n samples at 16 kHz (one entry per ≤ 30 s segment).
   /// Throws eg::Error for a clip shorter than one frame (10 ms) or longer than the limit.
@@ -54,6 +60,7 @@ class AudioEncoder {
   int seq_length_ = 750;
   double max_seconds_ = audio::kDefaultMaxSeconds;
   std::string boa_, eoa_, marker_;
+  std::shared_ptr<const Mmproj> mmproj_;  // keeps the mmproj tensors alive
 };
 
 /// One medium of a prompt, in the order of its marker: an image or a 16 kHz mono clip.

@@ -16,7 +16,7 @@ std::unique_ptr<ImageEncoder> ImageEncoder::load(const LoadedModel& lm, const st
   namespace fs = std::filesystem;
   if (!fs::is_directory(dir) || !fs::exists(fs::path(dir) / "config.json"))
     throw Error("this model has no vision tower (" + dir +
-                " is not a Hugging Face checkpoint folder; GGUF mmproj files are not supported yet)");
+                " is not a Hugging Face checkpoint folder; give a GGUF's towers with --mmproj FILE)");
   auto e = std::unique_ptr<ImageEncoder>(new ImageEncoder());
   e->vc_ = vision::load_vision_config(dir);
   if (e->vc_.kind == vision::TowerKind::None) throw Error("this model has no vision tower (" + dir + ")");
@@ -69,17 +69,27 @@ std::unique_ptr<ImageEncoder> ImageEncoder::load_mmproj(const LoadedModel& lm, s
   auto e = std::unique_ptr<ImageEncoder>(new ImageEncoder());
   const ModelConfig& mc = lm.model().config();
   const std::string& path = mm->path;
-  if (mm->projector_type != "gemma3") throw Error(path + ": projector type '" + mm->projector_type + "' is not supported");
-  if (mc.family != ModelFamily::Gemma3)
-    throw Error(path + ": a Gemma 3 mmproj (projector type 'gemma3') does not belong to this " +
-                (mc.family == ModelFamily::Gemma4 ? "Gemma 4" : "Gemma 2") + " text model");
+  if (!mm->has_vision)
+    throw Error("this model has no vision tower (" + path + ": the mmproj has no vision encoder, clip.has_vision_encoder)");
+  const bool g4 = mm->projector_type == "gemma4v";
+  if (!g4 && mm->projector_type != "gemma3")
+    throw Error(path + ": projector type '" + mm->projector_type + "' is not supported");
+  const ModelFamily want = g4 ? ModelFamily::Gemma4 : ModelFamily::Gemma3;
+  if (mc.family != want)
+    throw Error(path + ": a " + (g4 ? "Gemma 4 mmproj (projector type 'gemma4v')" : "Gemma 3 mmproj (projector type 'gemma3')") +
+                " does not belong to this " +
+                (mc.family == ModelFamily::Gemma4 ? "Gemma 4" : mc.family == ModelFamily::Gemma3 ? "Gemma 3" : "Gemma 2") +
+                " text model");
   e->vc_ = mm->vision;
   if (e->vc_.text_hidden != mc.hidden_size)
     throw Error(path + ": the vision tower produces " + std::to_string(e->vc_.text_hidden) +
                 "-wide soft tokens (clip.vision.projection_dim) but the text model is " +
                 std::to_string(mc.hidden_size) + " wide");
+  // The marker tokens by their text, as llama.cpp's mtmd (Gemma 3: <start_of_image> …; Gemma 4: <|image> …).
   const Tokenizer& tok = lm.tokenizer();
-  const char* names[3] = {"<start_of_image>", "<end_of_image>", "<image_soft_token>"};
+  const char* g3_names[3] = {"<start_of_image>", "<end_of_image>", "<image_soft_token>"};
+  const char* g4_names[3] = {"<|image>", "<image|>", "<|image|>"};
+  const char* const* names = g4 ? g4_names : g3_names;
   int* ids[3] = {&e->vc_.boi_id, &e->vc_.eoi_id, &e->vc_.image_token_id};
   for (int i = 0; i < 3; ++i) {
     *ids[i] = tok.token_id(names[i]);
@@ -87,8 +97,11 @@ std::unique_ptr<ImageEncoder> ImageEncoder::load_mmproj(const LoadedModel& lm, s
       throw Error(path + ": the text model's vocabulary has no " + names[i] + " token (needed for images)");
   }
   e->pc_ = mm->processor;
-  e->bidirectional_ = true;
-  e->siglip_ = std::make_unique<vision::SiglipTower>(e->vc_, mm->store);
+  // Gemma 3: each image block is bidirectional. Gemma 4: causal for E2B/E4B; the 26B/31B rule
+  // (image_blocks_sliding_only) is a text-config flag a text GGUF does not carry.
+  e->bidirectional_ = !g4 || mc.image_blocks_sliding_only;
+  if (g4) e->g4_ = std::make_unique<vision::Gemma4VisionTower>(e->vc_, mm->store);
+  else e->siglip_ = std::make_unique<vision::SiglipTower>(e->vc_, mm->store);
   e->mmproj_ = std::move(mm);
   e->bind_tokens(lm, path);
   return e;

@@ -35,14 +35,16 @@ class ImageEncoder {
  public:
   /// The tower and processor of the checkpoint folder `dir` that `lm` was loaded from (its tensors
   /// are `lm`'s, which must outlive the encoder). Throws eg::Error "this model has no vision
-  /// tower" for a text-only checkpoint or a GGUF file (mmproj files are not supported yet), and a
+  /// tower" for a text-only checkpoint or a GGUF file (its tower: load_mmproj), and a
   /// clear error for a tower that does not fit the text model (soft-token width, token ids).
   static std::unique_ptr<ImageEncoder> load(const LoadedModel& lm, const std::string& dir);
   /// The tower of a llama.cpp mmproj file (model/mmproj.h, open_mmproj) for `lm` (typically a
-  /// text GGUF). The image marker tokens are looked up by their text in `lm`'s vocabulary
-  /// (<start_of_image>, <end_of_image>, <image_soft_token>, as llama.cpp's mtmd does). Throws
-  /// eg::Error naming the file when it does not belong to the text model (a Gemma 3 projector for
-  /// a Gemma 4 model, a soft-token width other than the model's hidden size, missing marker tokens).
+  /// text GGUF): Gemma 3's SigLIP ("gemma3") or Gemma 4's tower ("gemma4v"). The image marker
+  /// tokens are looked up by their text in `lm`'s vocabulary (<start_of_image>, <end_of_image>,
+  /// <image_soft_token>; Gemma 4: <|image>, <image|>, <|image|>; as llama.cpp's mtmd does). Throws
+  /// eg::Error naming the file when it has no vision encoder or does not belong to the text model
+  /// (a Gemma 3 projector for a Gemma 4 model or the reverse, a soft-token width other than the
+  /// model's hidden size, missing marker tokens).
   static std::unique_ptr<ImageEncoder> load_mmproj(const LoadedModel& lm, std::shared_ptr<const Mmproj> mm);
 
   /// Soft tokens [n, H] of one image (processor + tower); n = tokens_for(img).

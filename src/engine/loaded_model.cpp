@@ -57,9 +57,11 @@ LoadedModel::~LoadedModel() = default;
 void LoadedModel::attach_mmproj(const std::string& path) {
   auto m = std::make_shared<Mmproj>(open_mmproj(path));
   std::lock_guard<std::mutex> lk(image_mu_);
+  std::lock_guard<std::mutex> la(audio_mu_);
   mmproj_ = std::move(m);
   mmproj_path_ = path;
   image_enc_.reset();
+  audio_enc_.reset();
 }
 
 const ImageEncoder& LoadedModel::image_encoder() const {
@@ -76,12 +78,10 @@ const ImageEncoder& LoadedModel::image_encoder() const {
 const AudioEncoder& LoadedModel::audio_encoder() const {
   std::lock_guard<std::mutex> lk(audio_mu_);
   if (!audio_enc_) {
-    if (dir_.empty())
-      throw Error(mmproj_ ? "this model has no audio tower (" + mmproj_path_ +
-                                ": Gemma 4 audio mmproj files (gemma4a) are not supported yet)"
-                          : std::string("this model has no audio tower (a GGUF file; Gemma 4 audio mmproj files "
-                                        "are not supported yet)"));
-    audio_enc_ = AudioEncoder::load(*this, dir_);
+    if (mmproj_) audio_enc_ = AudioEncoder::load_mmproj(*this, mmproj_);
+    else if (dir_.empty())
+      throw Error("this model has no audio tower (a GGUF file: give its audio tower with --mmproj FILE)");
+    else audio_enc_ = AudioEncoder::load(*this, dir_);
   }
   return *audio_enc_;
 }

@@ -65,12 +65,14 @@ class LoadedModel {
   /// a failed load is retried by the next call.
   const ImageEncoder& image_encoder() const;
   /// The checkpoint's audio tower and feature extractor (engine/audio_prompt.h), loaded on first
-  /// use and shared (thread-safe). Throws eg::Error "this model has no audio tower" for a
-  /// checkpoint without one or a GGUF file; a failed load is retried by the next call.
+  /// use and shared (thread-safe); with an attached mmproj, its audio tower. Throws eg::Error
+  /// "this model has no audio tower" for a checkpoint without one, a GGUF file without an mmproj
+  /// or an mmproj without an audio encoder; a failed load is retried by the next call.
   const AudioEncoder& audio_encoder() const;
-  /// Uses the llama.cpp mmproj file `path` (model/mmproj.h) for images from now on, instead of
-  /// the checkpoint's own tower (a text GGUF has none): opened and validated now, its tower
-  /// built on first use (ImageEncoder::load_mmproj, which checks that it fits this model). Not
+  /// Uses the llama.cpp mmproj file `path` (model/mmproj.h) for images and audio from now on,
+  /// instead of the checkpoint's own towers (a text GGUF has none): opened and validated now, its
+  /// towers built on first use (ImageEncoder / AudioEncoder::load_mmproj, which check that they
+  /// fit this model; a Gemma 3 or vision-only file has no audio tower). Not
   /// found automatically next to a GGUF (llama.cpp's tools also need --mmproj). Throws eg::Error
   /// naming the file (not an mmproj, unsupported projector, bad tensors); nothing changes then.
   /// Call it before the model is shared between threads.

@@ -319,10 +319,11 @@ void TensorStore::add_file(const std::string& path,
 
 void TensorStore::add_external(TensorInfo t, std::shared_ptr<const void> owner) {
   if (tensors_.count(t.name)) fail_tensor("tensor store", t.name, "duplicate tensor name");
-  if (t.shape.empty()) fail_tensor("tensor store", t.name, "no dimensions");
-  uint64_t nb = dtype_row_bytes(t.dtype, t.shape.back());
+  // A scalar (shape []) holds one element of a non-block type.
+  const int64_t last = t.shape.empty() ? 1 : t.shape.back();
+  uint64_t nb = dtype_row_bytes(t.dtype, last);
   for (size_t d = 0; d + 1 < t.shape.size(); ++d) nb *= static_cast<uint64_t>(t.shape[d]);
-  if (!row_fits_blocks(t.dtype, t.shape.back()) || nb != t.nbytes)
+  if (!row_fits_blocks(t.dtype, last) || (t.shape.empty() && is_quantized(t.dtype)) || nb != t.nbytes)
     fail_tensor("tensor store", t.name, "byte size does not match its shape and dtype");
   names_.insert(std::upper_bound(names_.begin(), names_.end(), t.name), t.name);
   std::string name = t.name;

@@ -51,8 +51,8 @@ class TensorStore {
 
   /// Adds a tensor whose bytes live elsewhere (e.g. in a GGUF mapping); `owner` keeps them alive
   /// as long as the store. Block dtypes are allowed: t.nbytes must equal
-  /// dtype_row_bytes(dtype, shape.back()) · (product of the other dims). Throws eg::Error on a
-  /// duplicate name or an inconsistent size.
+  /// dtype_row_bytes(dtype, shape.back()) · (product of the other dims); a scalar (shape []) is
+  /// one element of F32/F16/BF16. Throws eg::Error on a duplicate name or an inconsistent size.
   void add_external(TensorInfo t, std::shared_ptr<const void> owner);
 
  private:

@@ -1,9 +1,10 @@
-// llama.cpp mmproj GGUF -> the vision tower's config and HF-named tensors (see mmproj.h).
+// llama.cpp mmproj GGUF -> the towers' configs and HF-named tensors (see mmproj.h); Gemma 4: mmproj_read_gemma4.cpp.
 #include <set>
 
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
 #include "model/mmproj.h"
+#include "model/mmproj_detail.h"
 #include "model/mmproj_names.h"
 
 namespace eg {
@@ -16,28 +17,10 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return r + "]";
 }
 
-}  // namespace
-
-Mmproj open_mmproj(const std::string& path) {
-  Mmproj m;
-  m.path = path;
-  m.file = GGUFFile::open(path);
+// The Gemma 3 file (projector type "gemma3", vision only).
+void read_gemma3(Mmproj& m, const mmproj_detail::Fail& fail) {
   const GGUFFile& g = *m.file;
-  auto fail = [&](const std::string& what) -> Error { return Error(path + ": " + what); };
-  const std::string arch = g.get_string("general.architecture", "");
-  if (arch != "clip")
-    throw fail("general.architecture is '" + arch +
-               "', not 'clip': not an mmproj file (a text model GGUF goes to -m, its mmproj to --mmproj)");
-  if (!g.get_bool("clip.has_vision_encoder", false))
-    throw fail("the mmproj has no vision encoder (clip.has_vision_encoder)");
-  std::string proj = g.get_string("clip.projector_type", "");
-  if (proj.empty()) proj = g.get_string("clip.vision.projector_type", "");
-  if (proj == "gemma4v" || proj == "gemma4uv")
-    throw fail("Gemma 4 mmproj files (projector type '" + proj + "') are not supported yet");
-  if (proj != "gemma3")
-    throw fail("projector type '" + proj + "' is not a Gemma 3 vision projector ('gemma3')");
-  m.projector_type = proj;
-
+  if (m.has_audio) throw fail("a Gemma 3 mmproj (projector type 'gemma3') with an audio encoder is not supported");
   auto pos = [&](const char* key) {
     const int64_t v = g.get_int(key);
     if (v <= 0 || v > (1 << 20)) throw fail(std::string("metadata '") + key + "' must be in 1..1048576, is " + std::to_string(v));
@@ -119,6 +102,41 @@ Mmproj open_mmproj(const std::string& path) {
   }
   for (const GGUFTensor& t : g.tensors())
     if (!expected.count(t.name)) throw fail("unexpected tensor '" + t.name + "' for a Gemma 3 vision tower");
+}
+
+}  // namespace
+
+Mmproj open_mmproj(const std::string& path) {
+  Mmproj m;
+  m.path = path;
+  m.file = GGUFFile::open(path);
+  const GGUFFile& g = *m.file;
+  const mmproj_detail::Fail fail = [&](const std::string& what) { return Error(path + ": " + what); };
+  const std::string arch = g.get_string("general.architecture", "");
+  if (arch != "clip")
+    throw fail("general.architecture is '" + arch +
+               "', not 'clip': not an mmproj file (a text model GGUF goes to -m, its mmproj to --mmproj)");
+  m.has_vision = g.get_bool("clip.has_vision_encoder", false);
+  m.has_audio = g.get_bool("clip.has_audio_encoder", false);
+  if (!m.has_vision && !m.has_audio)
+    throw fail("the mmproj has no vision or audio encoder (clip.has_vision_encoder, clip.has_audio_encoder)");
+  // One projector type for the file (clip.projector_type), else one per tower
+  // (clip.vision/audio.projector_type, mixed-modality files): clip.cpp's precedence.
+  const std::string common = g.get_string("clip.projector_type", "");
+  if (m.has_vision) m.projector_type = common.empty() ? g.get_string("clip.vision.projector_type", "") : common;
+  if (m.has_audio) m.audio_projector_type = common.empty() ? g.get_string("clip.audio.projector_type", "") : common;
+  for (const std::string& p : {m.projector_type, m.audio_projector_type})
+    if (p == "gemma4uv" || p == "gemma4ua")
+      throw fail("projector type '" + p + "' (the unified Gemma 4 towers) is not supported");
+  if (m.projector_type == "gemma3") {
+    read_gemma3(m, fail);
+  } else if (m.projector_type == "gemma4v" || m.audio_projector_type == "gemma4a") {
+    mmproj_detail::read_gemma4(m, fail);
+  } else {
+    const std::string p = m.has_vision ? m.projector_type : m.audio_projector_type;
+    throw fail("projector type '" + p +
+               "' is not a Gemma 3 or Gemma 4 projector (this build runs 'gemma3', 'gemma4v' and 'gemma4a')");
+  }
   return m;
 }
 

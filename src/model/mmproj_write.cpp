@@ -5,15 +5,15 @@
 #include "backend/cpu/kernels.h"
 #include "core/error.h"
 #include "model/mmproj.h"
+#include "model/mmproj_detail.h"
 #include "model/mmproj_names.h"
-#include "quant/quant.h"
 #include "vision/tensor_bind.h"
 
 namespace eg {
 
 namespace {
 
-using KV = std::vector<std::pair<std::string, GGUFValue>>;
+using mmproj_detail::KV;
 
 // The converter's type for one tensor (Gemma3VisionModel.tensor_force_quant, then ModelBase's
 // rules: 1-D and *_norm.weight F32; q8_0 rows not a multiple of 32 fall back to F16).
@@ -33,19 +33,14 @@ DType tensor_type(const mmproj_detail::MmprojTensor& t, DType base, const Mmproj
 
 MmprojWriteReport write_mmproj(const std::string& dir, const std::string& out, const MmprojWriteOptions& opt) {
   namespace fs = std::filesystem;
-  DType base;
-  uint32_t ftype;
-  if (opt.type == "f32") base = DType::F32, ftype = 0;
-  else if (opt.type == "f16") base = DType::F16, ftype = 1;
-  else if (opt.type == "q8_0") base = DType::Q8_0, ftype = 7;
-  else throw Error("mmproj: unknown type '" + opt.type + "' (supported: f32, f16, q8_0)");
+  uint32_t ftype = 0;
+  const DType base = mmproj_detail::parse_type(opt.type, ftype);
   if (!fs::is_directory(dir) || !fs::exists(fs::path(dir) / "config.json"))
     throw Error("mmproj: " + dir + " is not a Hugging Face checkpoint folder (config.json)");
   vision::VisionConfig vc = vision::load_vision_config(dir);
   if (vc.kind == vision::TowerKind::None)
     throw Error("mmproj: " + dir + " has no vision tower (no vision_config in config.json)");
-  if (vc.kind == vision::TowerKind::Gemma4)
-    throw Error("mmproj: " + dir + ": writing Gemma 4 mmproj files (gemma4v / gemma4a) is not supported yet");
+  if (vc.kind == vision::TowerKind::Gemma4) return mmproj_detail::write_gemma4(dir, out, opt, vc);
   const vision::ImageProcessorConfig pc = vision::load_image_processor_config(dir, false);
   if (pc.height != vc.image_size || pc.width != vc.image_size)
     throw Error("mmproj: " + dir + ": the image processor's size " + std::to_string(pc.height) + "x" +
@@ -80,14 +75,7 @@ MmprojWriteReport write_mmproj(const std::string& dir, const std::string& out, c
   for (const std::string& n : store.names())
     if (n.find("vision_model.head.") != std::string::npos && opt.log) opt.log("skipping " + n + " (attention-pooling head)");
 
-  std::string name = fs::path(dir).filename().string();
-  if (name.empty()) name = fs::path(dir).parent_path().filename().string();
-  KV kv;
-  kv.emplace_back("general.architecture", GGUFValue::str("clip"));
-  kv.emplace_back("general.type", GGUFValue::str("mmproj"));
-  kv.emplace_back("general.name", GGUFValue::str(name));
-  kv.emplace_back("general.file_type", GGUFValue::u32(ftype));
-  kv.emplace_back("general.quantization_version", GGUFValue::u32(2));
+  KV kv = mmproj_detail::general_keys(dir, ftype);
   kv.emplace_back("clip.has_vision_encoder", GGUFValue::boolean(true));
   kv.emplace_back("clip.vision.projection_dim", GGUFValue::u32(vc.text_hidden));
   kv.emplace_back("clip.vision.image_size", GGUFValue::u32(vc.image_size));
@@ -105,44 +93,18 @@ MmprojWriteReport write_mmproj(const std::string& dir, const std::string& out, c
 
   GGUFWriter w(out, kv, specs);
   std::vector<float> f;
-  std::vector<uint8_t> bytes;
   for (size_t i = 0; i < list.size(); ++i) {
     const TensorInfo& t = *src[i];
-    const DType d = specs[i].dtype;
     f.resize(static_cast<size_t>(t.numel()));
     cpu::to_f32(t.data, t.dtype, f.size(), f.data());
     // Gemma3RMSNorm scales by (1 + w): llama.cpp's graph multiplies by the stored value.
     if (list[i].gguf == "mm.soft_emb_norm.weight")
       for (float& x : f) x += 1.0f;
-    const int64_t n0 = specs[i].ne[0];
-    const int64_t rows = static_cast<int64_t>(f.size()) / n0;
-    const size_t rb = dtype_row_bytes(d, n0);
-    bytes.resize(rb * static_cast<size_t>(rows));
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* x = f.data() + r * n0;
-      uint8_t* dst = bytes.data() + r * rb;
-      if (d == DType::F32) {
-        std::memcpy(dst, x, rb);
-      } else if (d == DType::F16) {
-        for (int64_t e = 0; e < n0; ++e) {
-          const uint16_t h = f32_to_f16(x[e]);
-          std::memcpy(dst + 2 * e, &h, 2);
-        }
-      } else {
-        quant::quantize_row(d, x, n0, dst);
-      }
-    }
-    w.append(bytes.data(), bytes.size());
+    mmproj_detail::append_rows(w, f, specs[i].ne[0], specs[i].dtype);
   }
   w.finish();
   rep.bytes_written = fs::file_size(out);
-  try {
-    (void)open_mmproj(out);  // read back: what we write, we load
-  } catch (const Error& e) {
-    std::error_code ec;
-    fs::remove(out, ec);
-    throw Error(std::string("mmproj: the file written does not read back: ") + e.what());
-  }
+  mmproj_detail::verify_written(out);
   return rep;
 }
 
