@@ -9,6 +9,8 @@
 #include <gtest/gtest.h>
 
 #include "kv/kv_cache.h"
+#include "mmproj_gemma4_util.h"
+#include "model/gguf_quantize.h"
 #include "model/model.h"
 #include "vision_test_util.h"
 
@@ -102,4 +104,30 @@ TEST(Gemma4VisionMask, BlockAcrossKvPages) {
   // Pages of 8: the first block (positions 7..18) spans three pages, the second (27..36) two.
   auto m = Model::load_dir(fixture());
   EXPECT_LT(run(*m, 8, true, ref().logits), 1e-3);
+}
+
+// A GGUF keeps the rule: our quantize writes edgegemma.use_bidirectional_attention; a GGUF
+// without the key (llama.cpp's converter writes none) infers it from the per-layer embeddings.
+TEST(Gemma4VisionMask, GgufKeepsTheRule) {
+  const std::string d = egtest::make_temp_dir();
+  const std::string g = egtest::shared_dir() + "/models/gguf";
+  // llama.cpp-made files: tiny-gemma4 has per-layer embeddings (E2B-like): causal; tiny-gemma4-moe
+  // has none (26B-like): the "vision" rule.
+  EXPECT_FALSE(Model::load_gguf(g + "/tiny-gemma4/tiny-gemma4-q8_0.gguf")->config().image_blocks_sliding_only);
+  EXPECT_TRUE(Model::load_gguf(g + "/tiny-gemma4-moe/tiny-gemma4-moe-q8_0.gguf")->config().image_blocks_sliding_only);
+  // Ours: the key, whatever the shape says.
+  GGUFQuantizeOptions o;
+  o.type = "q8_0";
+  quantize_to_gguf(egtest::shared_dir() + "/models/tiny-gemma4", d + "/none.gguf", o);
+  EXPECT_FALSE(Model::load_gguf(d + "/none.gguf")->config().image_blocks_sliding_only);
+  auto with = [&](const std::string& out, const char* v) {
+    egtest::rewrite(d + "/none.gguf", out, [v](egtest::GKV& kv, auto&) {
+      if (v) egtest::set_kv(kv, "edgegemma.use_bidirectional_attention", GGUFValue::str(v));
+      else egtest::drop_kv(kv, [](const std::string& k) { return k == "edgegemma.use_bidirectional_attention"; });
+    });
+    return out;
+  };
+  EXPECT_TRUE(Model::load_gguf(with(d + "/vision.gguf", "vision"))->config().image_blocks_sliding_only);
+  EXPECT_FALSE(Model::load_gguf(with(d + "/nokey.gguf", nullptr))->config().image_blocks_sliding_only);
+  EXPECT_THROW(Model::load_gguf(with(d + "/all.gguf", "all")), Error);
 }

@@ -97,8 +97,8 @@ std::unique_ptr<ImageEncoder> ImageEncoder::load_mmproj(const LoadedModel& lm, s
       throw Error(path + ": the text model's vocabulary has no " + names[i] + " token (needed for images)");
   }
   e->pc_ = mm->processor;
-  // Gemma 3: each image block is bidirectional. Gemma 4: causal for E2B/E4B; the 26B/31B rule
-  // (image_blocks_sliding_only) is a text-config flag a text GGUF does not carry.
+  // Gemma 3: each image block is bidirectional. Gemma 4: causal for E2B/E4B, the 26B/31B rule
+  // when the text model's config has it (a GGUF: gguf_config.cpp).
   e->bidirectional_ = !g4 || mc.image_blocks_sliding_only;
   if (g4) e->g4_ = std::make_unique<vision::Gemma4VisionTower>(e->vc_, mm->store);
   else e->siglip_ = std::make_unique<vision::SiglipTower>(e->vc_, mm->store);

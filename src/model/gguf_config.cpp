@@ -185,6 +185,15 @@ ModelConfig gguf_model_config(const GGUFFile& g) {
       if (!pe || pe->ne.size() != 2) m.fail("missing 2-D tensor 'per_layer_token_embd.weight'");
       c.ple_vocab = static_cast<int>(pe->ne[1]);
     }
+    // Gemma 4 26B-A4B / 31B set use_bidirectional_attention = "vision" (their image blocks attend
+    // both ways on sliding layers: config.h). Our quantize writes it as
+    // edgegemma.use_bidirectional_attention; a GGUF without that key (llama.cpp's converter has
+    // none) gets the released models' rule: the checkpoints without per-layer embeddings (26B,
+    // 31B) use "vision", the E2B/E4B ones (with them) are causal.
+    const std::string bidi = g.get_string("edgegemma.use_bidirectional_attention", c.ple_dim > 0 ? "none" : "vision");
+    if (bidi != "none" && bidi != "vision")
+      m.fail("edgegemma.use_bidirectional_attention must be 'none' or 'vision', not '" + bidi + "'");
+    c.image_blocks_sliding_only = bidi == "vision";
     c.n_experts = static_cast<int>(g.get_int(m.key("expert_count"), 0));
     if (c.n_experts > 0) {
       c.top_k_experts = m.req_int("expert_used_count");

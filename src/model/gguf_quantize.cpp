@@ -138,6 +138,9 @@ void arch_metadata(const ModelConfig& c, KV& kv) {
     for (const LayerConfig& l : c.layers) shared += l.kv_source >= 0;
     kv.emplace_back(k("attention.shared_kv_layers"), GGUFValue::u32(shared));
     kv.emplace_back(k("embedding_length_per_layer_input"), GGUFValue::u32(c.ple_dim > 0 ? c.ple_dim : 0));
+    // Our own key (llama.cpp has none for it; gguf_config.cpp infers it for files without it).
+    kv.emplace_back("edgegemma.use_bidirectional_attention",
+                    GGUFValue::str(c.image_blocks_sliding_only ? "vision" : "none"));
     std::vector<int64_t> pat;
     for (const LayerConfig& l : c.layers) pat.push_back(l.type == LayerType::Sliding);
     kv.emplace_back(k("attention.sliding_window_pattern"), GGUFValue::bool_array(std::move(pat)));
