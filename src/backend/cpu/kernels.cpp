@@ -128,59 +128,46 @@ void Dot4(const float* const* x, const void* w, DType t, size_t n, float* out) {
   }
 }
 
-// M queries × 4 vectors of D per pass (4M accumulators), then single vectors, then scalars.
-template <int M>
-HWY_INLINE void AccumulatePVT(float* const* outs, const float* const* ps, const float* HWY_RESTRICT V, int64_t nk,
-                              size_t D) {
+// One query at a time, 4 vectors of D per pass held in registers over all keys, then single
+// vectors, then scalars. (Named vectors, not arrays: SVE vectors cannot be array elements.)
+void AccumulatePV(float* const* outs, const float* const* ps, int m, const float* HWY_RESTRICT V, int64_t nk,
+                  size_t D) {
   const DF df;
   const size_t N = hn::Lanes(df);
-  using Vec = hn::Vec<DF>;
-  size_t d = 0;
-  for (; d + 4 * N <= D; d += 4 * N) {
-    Vec acc[M][4];
-    for (int j = 0; j < M; ++j)
-      for (int v = 0; v < 4; ++v) acc[j][v] = hn::LoadU(df, outs[j] + d + v * N);
-    for (int64_t k = 0; k < nk; ++k) {
-      const float* HWY_RESTRICT row = V + static_cast<size_t>(k) * D + d;
-      const Vec v0 = hn::LoadU(df, row), v1 = hn::LoadU(df, row + N);
-      const Vec v2 = hn::LoadU(df, row + 2 * N), v3 = hn::LoadU(df, row + 3 * N);
-      for (int j = 0; j < M; ++j) {
-        const Vec p = hn::Set(df, ps[j][k]);
-        acc[j][0] = hn::Add(acc[j][0], hn::Mul(p, v0));
-        acc[j][1] = hn::Add(acc[j][1], hn::Mul(p, v1));
-        acc[j][2] = hn::Add(acc[j][2], hn::Mul(p, v2));
-        acc[j][3] = hn::Add(acc[j][3], hn::Mul(p, v3));
-      }
-    }
-    for (int j = 0; j < M; ++j)
-      for (int v = 0; v < 4; ++v) hn::StoreU(acc[j][v], df, outs[j] + d + v * N);
-  }
-  for (; d + N <= D; d += N) {
-    for (int j = 0; j < M; ++j) {
-      Vec acc = hn::LoadU(df, outs[j] + d);
-      for (int64_t k = 0; k < nk; ++k)
-        acc = hn::Add(acc, hn::Mul(hn::Set(df, ps[j][k]), hn::LoadU(df, V + static_cast<size_t>(k) * D + d)));
-      hn::StoreU(acc, df, outs[j] + d);
-    }
-  }
-  for (; d < D; ++d)
-    for (int j = 0; j < M; ++j) {
-      float o = outs[j][d];
+  for (int j = 0; j < m; ++j) {
+    float* HWY_RESTRICT o = outs[j];
+    const float* HWY_RESTRICT pj = ps[j];
+    size_t d = 0;
+    for (; d + 4 * N <= D; d += 4 * N) {
+      auto a0 = hn::LoadU(df, o + d), a1 = hn::LoadU(df, o + d + N);
+      auto a2 = hn::LoadU(df, o + d + 2 * N), a3 = hn::LoadU(df, o + d + 3 * N);
       for (int64_t k = 0; k < nk; ++k) {
-        const float prod = ps[j][k] * V[static_cast<size_t>(k) * D + d];
-        o = o + prod;
+        const float* HWY_RESTRICT row = V + static_cast<size_t>(k) * D + d;
+        const auto p = hn::Set(df, pj[k]);
+        a0 = hn::Add(a0, hn::Mul(p, hn::LoadU(df, row)));
+        a1 = hn::Add(a1, hn::Mul(p, hn::LoadU(df, row + N)));
+        a2 = hn::Add(a2, hn::Mul(p, hn::LoadU(df, row + 2 * N)));
+        a3 = hn::Add(a3, hn::Mul(p, hn::LoadU(df, row + 3 * N)));
       }
-      outs[j][d] = o;
+      hn::StoreU(a0, df, o + d);
+      hn::StoreU(a1, df, o + d + N);
+      hn::StoreU(a2, df, o + d + 2 * N);
+      hn::StoreU(a3, df, o + d + 3 * N);
     }
-}
-
-void AccumulatePV(float* const* outs, const float* const* ps, int m, const float* V, int64_t nk, size_t D) {
-  switch (m) {
-    case 4: return AccumulatePVT<4>(outs, ps, V, nk, D);
-    case 3: return AccumulatePVT<3>(outs, ps, V, nk, D);
-    case 2: return AccumulatePVT<2>(outs, ps, V, nk, D);
-    case 1: return AccumulatePVT<1>(outs, ps, V, nk, D);
-    default: break;  // m > 4 is split by the caller (kernels.h)
+    for (; d + N <= D; d += N) {
+      auto acc = hn::LoadU(df, o + d);
+      for (int64_t k = 0; k < nk; ++k)
+        acc = hn::Add(acc, hn::Mul(hn::Set(df, pj[k]), hn::LoadU(df, V + static_cast<size_t>(k) * D + d)));
+      hn::StoreU(acc, df, o + d);
+    }
+    for (; d < D; ++d) {
+      float acc = o[d];
+      for (int64_t k = 0; k < nk; ++k) {
+        const float prod = pj[k] * V[static_cast<size_t>(k) * D + d];
+        acc = acc + prod;
+      }
+      o[d] = acc;
+    }
   }
 }
 
@@ -223,7 +210,7 @@ void dot4(const float* const x[4], const void* w, DType wtype, size_t n, float o
   HWY_DYNAMIC_DISPATCH(Dot4)(x, w, wtype, n, out);
 }
 void accumulate_pv(float* const* outs, const float* const* ps, int m, const float* V, int64_t nk, size_t D) {
-  for (int j = 0; j < m; j += 4) HWY_DYNAMIC_DISPATCH(AccumulatePV)(outs + j, ps + j, m - j < 4 ? m - j : 4, V, nk, D);
+  HWY_DYNAMIC_DISPATCH(AccumulatePV)(outs, ps, m, V, nk, D);
 }
 void to_f32(const void* src, DType t, size_t n, float* dst) {
   if (is_quantized(t)) return quant::dequantize_row(t, src, static_cast<int64_t>(n), dst);

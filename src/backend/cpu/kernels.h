@@ -21,7 +21,7 @@ float dot(const float* x, const void* w, DType wtype, size_t n);
 /// to dot(x[j], w, wtype, n). Loads and converts `w` once.
 void dot4(const float* const x[4], const void* w, DType wtype, size_t n, float out[4]);
 
-/// Attention's p·V for m <= 4 queries over the same nk keys: for j < m, d < D,
+/// Attention's p·V for m queries over the same nk keys: for j < m, d < D,
 ///   outs[j][d] = outs[j][d] + ps[j][0]·V[0][d], then + ps[j][1]·V[1][d], ... in key order,
 /// each product rounded to f32 before its sum (exactly the scalar `o += p * v` under
 /// -ffp-contract=off), so a result depends neither on the SIMD width nor on m nor on how the
