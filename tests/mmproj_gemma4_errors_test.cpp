@@ -143,20 +143,29 @@ TEST(Gemma4MmprojErrors, WrongTextModel) {
         t.bytes.resize(t.bytes.size() / 2);
       }
   });
+  // Refused when attached (before any image or audio), and the model keeps no mmproj.
   auto lm = LoadedModel::load(f.text);
-  lm->attach_mmproj(narrow);  // a valid file
-  std::string e = error_of([&] { lm->image_encoder(); });
+  std::string e = error_of([&] { lm->attach_mmproj(narrow); });
   EXPECT_NE(e.find(narrow), std::string::npos) << e;
   EXPECT_NE(e.find("128-wide soft tokens (clip.vision.projection_dim) but the text model is 256 wide"), std::string::npos) << e;
-  e = error_of([&] { lm->audio_encoder(); });
+  EXPECT_TRUE(lm->mmproj_path().empty());
+  // Audio alone too narrow.
+  const std::string narrow_a = f.dir + "/narrow_a.gguf";
+  egtest::rewrite(f.mm_f32, narrow_a, [](GKV& kv, std::vector<GTensor>& ts) {
+    egtest::set_kv(kv, "clip.audio.projection_dim", GGUFValue::u32(128));
+    for (GTensor& t : ts)
+      if (t.name == "mm.a.input_projection.weight") {
+        t.ne[1] = 128;
+        t.bytes.resize(t.bytes.size() / 2);
+      }
+  });
+  e = error_of([&] { lm->attach_mmproj(narrow_a); });
   EXPECT_NE(e.find("128-wide soft tokens (clip.audio.projection_dim) but the text model is 256 wide"), std::string::npos) << e;
-  // A Gemma 4 mmproj with a Gemma 3 text model.
+  // A Gemma 4 mmproj with a Gemma 3 text model: refused at attach, the working one kept.
   auto g3 = LoadedModel::load(egtest::g3v_dir());
-  g3->attach_mmproj(f.mm_f16);
-  e = error_of([&] { g3->image_encoder(); });
+  e = error_of([&] { g3->attach_mmproj(f.mm_f16); });
   EXPECT_NE(e.find("a Gemma 4 mmproj (projector type 'gemma4v') does not belong to this Gemma 3 text model"), std::string::npos) << e;
-  e = error_of([&] { g3->audio_encoder(); });
-  EXPECT_NE(e.find("(projector type 'gemma4a') does not belong to this Gemma 3 text model"), std::string::npos) << e;
+  EXPECT_NO_THROW(g3->image_encoder());  // the HF folder's own tower still loads
 }
 
 TEST(Gemma4MmprojErrors, VisionOnlyFileGivenAudio) {

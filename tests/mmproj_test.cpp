@@ -306,8 +306,7 @@ TEST(Mmproj, BadFilesGiveClearErrors) {
 TEST(Mmproj, WrongTextModelIsAClearError) {
   // A Gemma 3 mmproj with a Gemma 4 text model.
   auto g4 = LoadedModel::load(egtest::g4mm_dir());
-  g4->attach_mmproj(files().mm_f16);
-  std::string e = error_of([&] { g4->image_encoder(); });
+  std::string e = error_of([&] { g4->attach_mmproj(files().mm_f16); });  // refused when attached
   EXPECT_NE(e.find(files().mm_f16), std::string::npos) << e;
   EXPECT_NE(e.find("does not belong to this Gemma 4 text model"), std::string::npos) << e;
   // The writer refuses what it cannot write.

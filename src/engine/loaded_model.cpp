@@ -56,6 +56,22 @@ LoadedModel::~LoadedModel() = default;
 
 void LoadedModel::attach_mmproj(const std::string& path) {
   auto m = std::make_shared<Mmproj>(open_mmproj(path));
+  // The cheap checks now, so that a wrong file is an error at load even for a text-only run (the
+  // towers themselves are built, and checked in full, on first use).
+  const ModelConfig& mc = model().config();
+  const char* fam = mc.family == ModelFamily::Gemma4 ? "Gemma 4" : mc.family == ModelFamily::Gemma3 ? "Gemma 3" : "Gemma 2";
+  const bool g4v = m->projector_type == "gemma4v", g3v = m->projector_type == "gemma3";
+  if ((g3v && mc.family != ModelFamily::Gemma3) || (g4v && mc.family != ModelFamily::Gemma4) ||
+      (m->has_audio && mc.family != ModelFamily::Gemma4))
+    throw Error(path + ": a " + (g3v ? "Gemma 3" : "Gemma 4") + " mmproj (projector type '" +
+                (m->has_vision ? m->projector_type : m->audio_projector_type) + "') does not belong to this " + fam +
+                " text model");
+  if (m->has_vision && m->vision.text_hidden != mc.hidden_size)
+    throw Error(path + ": the vision tower produces " + std::to_string(m->vision.text_hidden) +
+                "-wide soft tokens (clip.vision.projection_dim) but the text model is " + std::to_string(mc.hidden_size) + " wide");
+  if (m->has_audio && m->audio.text_hidden != mc.hidden_size)
+    throw Error(path + ": the audio tower produces " + std::to_string(m->audio.text_hidden) +
+                "-wide soft tokens (clip.audio.projection_dim) but the text model is " + std::to_string(mc.hidden_size) + " wide");
   std::lock_guard<std::mutex> lk(image_mu_);
   std::lock_guard<std::mutex> la(audio_mu_);
   mmproj_ = std::move(m);

@@ -388,9 +388,15 @@ GGUFQuantizeReport quantize_to_gguf(const std::string& in, const std::string& ou
         }
     }
     if (cfg.bidirectional) embedding_extras(in, kv, srcs, dense_stores);
+    size_t tower_tensors = 0;  // vision / audio towers: one summary line, not one per tensor
     for (const std::string& hf : store->names()) {
       if (hf.rfind(prefix, 0) != 0) {
-        if (hf != "lm_head.weight") log("skipping " + hf + " (not part of the text decoder)");
+        static const char* const kTowers[] = {"vision_tower.", "audio_tower.", "embed_vision.", "embed_audio.",
+                                              "multi_modal_projector."};
+        bool tower = false;
+        for (const char* t : kTowers) tower = tower || hf.find(t) != std::string::npos;
+        if (tower) ++tower_tensors;
+        else if (hf != "lm_head.weight") log("skipping " + hf + " (not part of the text decoder)");
         continue;
       }
       const std::string rest = hf.substr(prefix.size());
@@ -408,6 +414,9 @@ GGUFQuantizeReport quantize_to_gguf(const std::string& in, const std::string& ou
       if (cfg.family != ModelFamily::Gemma4 && ends_with(rest, "norm.weight")) s.add = 1.0f;
       srcs.push_back(std::move(s));
     }
+    if (tower_tensors > 0)
+      log("skipping " + std::to_string(tower_tensors) +
+          " tensors of the vision / audio towers (not part of the text decoder; quantize --mmproj writes them)");
   }
   // One token per embedding row, as llama.cpp's converter writes and its loader requires: Gemma 3
   // 1B's tokenizer has <image_soft_token> = 262144 beyond its 262144 rows, Gemma 3 4B's embedding
