@@ -31,7 +31,9 @@
 #include "backend/cuda/decode_kernels.h"
 #include "backend/cuda/fused.h"
 #include "backend/cuda/prefill.h"
+#include "backend/cuda/step_kernel.h"
 #include "core/error.h"
+#include "exec/cuda_persistent.h"
 #include "ops/ops.h"
 
 namespace eg {
@@ -121,6 +123,7 @@ struct CudaWorkspace final : StepWorkspace {
   int64_t profiled_steps = 0;
   gpu::DeviceBuffer args, x, x2, counters, h, act, qkv, q, attn, partial, proj, gu, g, logits, result;
   std::unique_ptr<gpu::Graph> graph;
+  PersistentStep persistent;  // EG_CUDA_STEP=persistent
   uint64_t graph_kv = 0;  // serial of the cache the graph was captured for
   PrefillScratch pf;
 };
@@ -145,6 +148,10 @@ class CudaExecutor final : public StepExecutor {
     const char* dn = std::getenv("EG_CUDA_DOWN");
     down_quant_ = !(dn && std::string(dn) == "stage");
     read_prefill_options();
+    const char* sp = std::getenv("EG_CUDA_STEP");
+    const std::string step_mode = sp ? sp : "";
+    if (!step_mode.empty() && step_mode != "graph" && step_mode != "persistent")
+      throw Error("EG_CUDA_STEP must be graph or persistent, not '" + step_mode + "'");
     for (int li = 0; li < cfg_.n_layers && fused_; ++li) {
       const LayerWeights& lw = w.layers[li];
       fused_ = same_kind(lw.q, lw.k) && same_kind(lw.q, lw.v) && same_kind(lw.gate, lw.up) &&
@@ -197,6 +204,7 @@ class CudaExecutor final : public StepExecutor {
       max_hd_ = std::max(max_hd_, lc.head_dim);
       layers_.push_back(std::move(d));
     }
+    if (step_mode == "persistent") build_persistent_shape();
     if (prefill_gemm_ && pf_once_) {
       // EG_CUDA_PREFILL_WEIGHTS=once: every matrix dequantized to 16-bit now (2 bytes per weight).
       gpu::Stream s(0);
@@ -354,6 +362,11 @@ class CudaExecutor final : public StepExecutor {
   void step(int32_t token, KVCache& kv, CudaKV& st, CudaWorkspace& w) const {
     const int pos = kv.n_past();
     kv.begin_append(pos, 1);
+    if (persistent_.grid > 0 && timing_ != 2) {
+      step_persistent(token, pos, st, w);
+      kv.commit(pos + 1);
+      return;
+    }
     const gpu::StepArgs a{token, pos};
     gpu::copy_to_device_async(w.stream, w.args.data(), &a, sizeof a);
     if (timing_ == 2) {
@@ -623,6 +636,118 @@ class CudaExecutor final : public StepExecutor {
     });
   }
 
+  // EG_CUDA_STEP=persistent (step_kernel.h): every layer in one cooperative launch, then the
+  // fused LM head. Needs the fused step's weights (stacked q|k|v, interleaved gate|up), Q4_0/Q8_0
+  // layer matrices and one head_dim; otherwise the graph step stays (the reason on stderr).
+  void build_persistent_shape() {
+    std::string why;
+    if (!fused_) why = "the fused step's stacked weights are not available";
+    for (int li = 0; li < cfg_.n_layers && why.empty(); ++li) {
+      const DevLayer& d = layers_[li];
+      for (const gpu::DeviceWeight* W : {&d.qkv, &d.o, &d.gu, &d.down})
+        if (W->dtype != DType::Q4_0 && W->dtype != DType::Q8_0) why = "layer matrices must be Q4_0 or Q8_0";
+      if (cfg_.layers[li].head_dim != max_hd_) why = "head_dim differs between layers";
+    }
+    if (!why.empty()) {
+      std::fprintf(stderr, "cuda: EG_CUDA_STEP=persistent not used: %s\n", why.c_str());
+      return;
+    }
+    PersistentShape& p = persistent_;
+    auto matrix = [](const gpu::DeviceWeight& W, int wk) {
+      gpu::StepMatrix m;
+      m.data = W.data.as<const uint8_t>();
+      m.scales = W.scales.as<const uint16_t>();
+      m.rows = W.rows;
+      m.cols = W.cols;
+      m.dtype = static_cast<int>(W.dtype);
+      m.wk = wk;
+      return m;
+    };
+    p.embed = matrix(embed_, 1);
+    p.embed_scale = embed_scale_;
+    p.hidden = cfg_.hidden_size;
+    p.max_act = std::max(max_q_, max_i_);
+    p.w_offset = cfg_.norm_offset;
+    p.eps = cfg_.rms_norm_eps;
+    p.head_dim = max_hd_;
+    p.n_heads = cfg_.n_heads;
+    int per_sm = 2;
+    if (const char* c = std::getenv("EG_CUDA_STEP_CTAS")) per_sm = std::max(1, std::atoi(c));  // tuning: CTAs per SM
+    gpu::StepPlan probe;
+    probe.hidden = p.hidden;
+    probe.max_act = p.max_act;
+    probe.head_dim = p.head_dim;
+    const int grid = gpu::step_grid(gpu::Stream(0), probe, per_sm);
+    if (grid <= 0) {
+      std::fprintf(stderr, "cuda: EG_CUDA_STEP=persistent not used: no cooperative launch of the step fits\n");
+      return;
+    }
+    p.n_splits = std::max(1, std::min(1024, grid / std::max(1, cfg_.n_heads)));
+    const char* pf = std::getenv("EG_CUDA_STEP_PREFETCH");  // tuning: 1 = L2 prefetch of the next layer
+    const bool prefetch = pf && std::string(pf) == "1";  // measured slower on the H200: off by default
+    for (int li = 0; li < cfg_.n_layers; ++li) {
+      const LayerConfig& lc = cfg_.layers[li];
+      const DevLayer& d = layers_[li];
+      gpu::StepLayer l;
+      l.qkv = matrix(d.qkv, gpu::plan_step_matrix(d.qkv.rows, d.qkv.cols, d.qkv.dtype, grid));
+      l.o = matrix(d.o, gpu::plan_step_matrix(d.o.rows, d.o.cols, d.o.dtype, grid));
+      l.gu = matrix(d.gu, 1);
+      l.down = matrix(d.down, gpu::plan_step_matrix(d.down.rows, d.down.cols, d.down.dtype, grid));
+      l.input_norm = d.input_norm.as<const float>();
+      l.post_attn_norm = d.post_attn_norm.as<const float>();
+      l.pre_ffw_norm = d.pre_ffw_norm.as<const float>();
+      l.post_ffw_norm = d.post_ffw_norm.as<const float>();
+      l.qa = qkv_args(lc, d, gpu::KVElem::F16);
+      l.aa = attn_args(lc, gpu::KVElem::F16, p.n_splits);
+      l.aa.split_min_keys = split_min_keys_;
+      size_t bytes = 0;
+      for (const gpu::DeviceWeight* W : {&d.qkv, &d.o, &d.gu, &d.down}) bytes += W->data.bytes() + W->scales.bytes();
+      l.prefetch_next = bytes <= (16u << 20) && prefetch ? 1 : 0;  // two layers in flight must fit the L2 (50 MB on an H200)
+      p.layers.push_back(l);
+    }
+    p.grid = grid;
+    if (const char* br = std::getenv("EG_CUDA_STEP_BARRIER")) {  // tuning: counter (default) | flag
+      const std::string v = br;
+      if (v != "flag" && v != "counter") throw Error("EG_CUDA_STEP_BARRIER must be flag or counter, not '" + v + "'");
+      p.barrier_mode = v == "flag" ? 2 : 1;
+    }
+    if (const char* pr = std::getenv("EG_CUDA_STEP_PROBE")) {
+      const std::string v = pr;  // tuning only: time parts of the step (the results are garbage)
+      p.probe = v == "barriers" ? 1 : v == "no-attention" ? 2 : v == "no-matvec" ? 3 : 0;
+    }
+    desc_ += " [persistent step, " + std::to_string(grid) + " CTAs]";
+  }
+
+  void step_persistent(int32_t token, int pos, CudaKV& st, CudaWorkspace& w) const {
+    const gpu::Stream& s = w.stream;
+    PersistentBuffers b;
+    b.x = w.x.as<float>();
+    b.x2 = w.x2.as<float>();
+    b.proj = w.proj.as<float>();
+    b.qkv = w.qkv.as<float>();
+    b.act = w.act.data();
+    b.counters = w.counters.as<uint32_t>();
+    b.result = w.result.as<uint64_t>();
+    if (timing_ == 1) {
+      if (!w.timer) w.timer = std::make_unique<gpu::EventTimer>(w.stream);
+      w.timer->start();
+    }
+    w.persistent.enqueue(s, persistent_, b, token, pos, st.k, st.v, st.serial, st.elem);
+    gpu::MatvecInput in_lm;
+    in_lm.src_dev = w.proj.as<const float>();
+    in_lm.residual_dev = w.x2.as<const float>();
+    in_lm.w_post_dev = layers_.back().post_ffw_norm.as<const float>();
+    in_lm.w_norm_dev = final_norm_.as<const float>();
+    in_lm.w_offset = cfg_.norm_offset;
+    in_lm.eps = cfg_.rms_norm_eps;
+    gpu::lm_head_argmax_fused(s, embed_, in_lm, cfg_.final_softcap, w.result.as<uint64_t>(), w.logits.as<float>());
+    if (timing_ == 1) {
+      w.timer->stop();
+      w.timed_ms += w.timer->elapsed_ms();
+      ++w.timed_steps;
+    }
+  }
+
   gpu::QKVHeadArgs qkv_args(const LayerConfig& lc, const DevLayer& d, gpu::KVElem kv) const {
     gpu::QKVHeadArgs qa;
     qa.n_heads = cfg_.n_heads;
@@ -759,6 +884,7 @@ class CudaExecutor final : public StepExecutor {
   gpu::DeviceBuffer final_norm_;
   float embed_scale_ = 1.0f;
   std::vector<DevLayer> layers_;
+  PersistentShape persistent_;  // grid 0: the graph step
   int64_t max_qkv_ = 0, max_q_ = 0, max_i_ = 0;
   int max_hd_ = 0;
 };
