@@ -159,16 +159,16 @@ TEST(CudaPersistentStep, Gemma3LikeQ4_0MatchesGraphAndCpu) {
   for (KVType kt : {KVType::F16, KVType::BF16, KVType::F32}) check(*m, "gemma3-like Q4_0 hd 128", kt, 1e-2f);
 }
 
-// The tuning switches give the same results within the same bounds: the flag barrier, one CTA
-// per multiprocessor, the L2 prefetch of the next layer, smaller attention splits.
+// The tuning switches give the same results within the same bounds: the flag barrier, two CTAs
+// per multiprocessor, the L2 prefetch of the next layer, larger attention splits.
 TEST(CudaPersistentStep, TuningVariantsMatchTheCpu) {
   SKIP_WITHOUT_GPU();
   auto m = synth::synth_model("gemma-3-1b", small(false, 128));
   const std::vector<std::vector<std::pair<std::string, std::string>>> envs = {
       {{"EG_CUDA_STEP_BARRIER", "flag"}},
-      {{"EG_CUDA_STEP_CTAS", "1"}},
+      {{"EG_CUDA_STEP_CTAS", "2"}},
       {{"EG_CUDA_STEP_PREFETCH", "1"}},
-      {{"EG_CUDA_SPLIT_MIN_KEYS", "16"}, {"EG_CUDA_STEP_CTAS", "1"}}};
+      {{"EG_CUDA_SPLIT_MIN_KEYS", "32"}, {"EG_CUDA_STEP_CTAS", "2"}}};
   for (const auto& env : envs) check(*m, "gemma3-like Q4_0 hd 128, " + env[0].first, KVType::F16, 1e-2f, 5e-3f, env);
 }
 

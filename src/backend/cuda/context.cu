@@ -103,6 +103,9 @@ void DeviceBuffer::upload(const void* host, size_t n, size_t offset) {
                 " overruns a buffer of " + std::to_string(bytes_));
   }
   if (n) EG_CUDA_CHECK(cudaMemcpy(static_cast<char*>(ptr_) + offset, host, n, cudaMemcpyHostToDevice));
+  // A pageable host→device cudaMemcpy may return before its DMA lands, and kernels on the
+  // backend's non-blocking streams do not wait for the legacy stream: wait here.
+  if (n) EG_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 void DeviceBuffer::download(void* host, size_t n, size_t offset) const {
@@ -116,6 +119,7 @@ void DeviceBuffer::download(void* host, size_t n, size_t offset) const {
 void DeviceBuffer::zero() {
   if (!bytes_) return;
   EG_CUDA_CHECK(cudaMemset(ptr_, 0, bytes_));
+  EG_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));  // cudaMemset is asynchronous: as upload
   EG_CUDA_CHECK(cudaDeviceSynchronize());  // synchronous, like the copies (streams are non-blocking)
 }
 
