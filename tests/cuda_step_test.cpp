@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
+#include "cuda_compare.h"
 #include "cuda_synth_model.h"
 #include "core/error.h"
 #include "exec/executor.h"
@@ -47,17 +48,7 @@ std::unique_ptr<StepExecutor> gpu(const Model& m, const std::string& step,
   return make_executor(m, parse_device("cuda"));
 }
 
-float rel_err(const float* a, const float* b, int64_t n) {
-  float lo = a[0], hi = a[0], e = 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    lo = std::min(lo, a[i]);
-    hi = std::max(hi, a[i]);
-    e = std::max(e, std::fabs(a[i] - b[i]));
-  }
-  return e / std::max(1e-6f, hi - lo);
-}
-
-int32_t argmax_row(const float* r, int64_t n) { return static_cast<int32_t>(std::max_element(r, r + n) - r); }
+float rel_err(const float* a, const float* b, int64_t n) { return cudatest::rel_range_err(a, b, n); }
 
 std::vector<std::vector<int32_t>> prompts(int64_t V) {
   std::vector<std::vector<int32_t>> ps = {{2, 818, 5279, 529, 7001, 563}, {2, 17, 17, 4, 901, 1234, 4321, 8000, 12, 77}};
