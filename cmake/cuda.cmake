@@ -33,6 +33,7 @@ message(STATUS "CUDA backend: on (nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architect
 file(GLOB EG_CUDA_SOURCES CONFIGURE_DEPENDS
   ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.cu ${PROJECT_SOURCE_DIR}/src/backend/cuda/*.cpp)
 add_library(edgegemma_cuda STATIC ${EG_CUDA_SOURCES} ${PROJECT_SOURCE_DIR}/src/exec/cuda_executor.cpp
+  ${PROJECT_SOURCE_DIR}/src/exec/cuda_executor_steps.cpp ${PROJECT_SOURCE_DIR}/src/exec/cuda_executor_prefill.cpp
   ${PROJECT_SOURCE_DIR}/src/exec/cuda_persistent.cpp)
 set_target_properties(edgegemma_cuda PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
   POSITION_INDEPENDENT_CODE ON)

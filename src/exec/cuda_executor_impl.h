@@ -1,0 +1,495 @@
+// Internal to the CUDA executor (cuda_executor.cpp: construction, caches, the step entry points;
+// cuda_executor_steps.cpp: the graph steps and the persistent step; cuda_executor_prefill.cpp:
+// the GEMM prefill). The device state of a model, a KV cache and a workspace, and the executor
+// class. docs/cuda.md "The executor".
+#pragma once
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+#include "backend/cpu/kernels.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/decode_kernels.h"
+#include "backend/cuda/fused.h"
+#include "backend/cuda/prefill.h"
+#include "backend/cuda/step_kernel.h"
+#include "core/error.h"
+#include "exec/cuda_persistent.h"
+#include "ops/ops.h"
+#include "exec/cuda_executor.h"
+
+namespace eg::cudaexec {
+
+namespace gpu = eg::cuda;
+
+/// Device copies of host data (cuda_executor.cpp).
+gpu::DeviceBuffer upload_floats(const std::vector<float>& v);
+gpu::DeviceBuffer upload_norm(const NormWeight& w);
+gpu::DeviceWeight upload(const ops::Weight& w);
+/// Rows of several weights of one dtype and width, stacked into one matrix.
+gpu::DeviceWeight upload_stacked(const std::vector<const ops::Weight*>& ws);
+bool same_kind(const ops::Weight& a, const ops::Weight& b);
+/// Serial numbers of the KV caches this process made (CudaKV::serial).
+extern std::atomic<uint64_t> g_kv_serial;
+
+struct DevLayer {
+  bool qkv_fused = false, gu_fused = false;
+  gpu::DeviceWeight qkv, q, k, v, o, gu, gate, up, down;
+  gpu::DeviceBuffer input_norm, post_attn_norm, pre_ffw_norm, post_ffw_norm, q_norm, k_norm, inv_freq;
+  // EG_CUDA_PREFILL_WEIGHTS=once: the matrices above dequantized to 16-bit, row-major, keyed by
+  // the DeviceWeight they come from (empty in the default per-matrix mode).
+  std::vector<std::pair<const gpu::DeviceWeight*, gpu::DeviceBuffer>> w16;
+};
+
+// The GEMM prefill's scratch for chunks of up to `tokens` rows (made on first use).
+struct PrefillScratch {
+  int tokens = 0;
+  std::unique_ptr<gpu::Gemm> gemm;
+  gpu::DeviceBuffer ids, x, proj, h16, qkv, q, gu, w16, result;
+};
+
+struct CudaKV final : KVCache::DeviceState {
+  uint64_t serial = 0;
+  int max_tokens = 0;
+  gpu::KVElem elem = gpu::KVElem::F16;
+  std::vector<gpu::DeviceBuffer> k, v;
+};
+
+struct CudaWorkspace final : StepWorkspace {
+  ~CudaWorkspace() override {
+    if (profiled_steps > 0) {
+      static const char* names[kGroups] = {"embed+norm", "qkv matvec", "q/k norm+rope+kv", "attention", "o matvec",
+                                           "residual+norms", "gate|up matvec", "gelu*mul", "down matvec", "lm head"};
+      double total = 0.0;
+      for (double g : group_ms) total += g;
+      std::fprintf(stderr, "cuda profile (%lld eager steps, us/step, each kernel timed alone):", static_cast<long long>(profiled_steps));
+      for (int i = 0; i < kGroups; ++i) std::fprintf(stderr, " %s %.1f;", names[i], 1e3 * group_ms[i] / static_cast<double>(profiled_steps));
+      std::fprintf(stderr, " total %.1f\n", 1e3 * total / static_cast<double>(profiled_steps));
+    }
+    if (timed_steps > 0)
+      std::fprintf(stderr, "cuda: %lld graph replays, %.1f us of GPU time each (EG_CUDA_TIMING)\n",
+                   static_cast<long long>(timed_steps), 1e3 * timed_ms / static_cast<double>(timed_steps));
+  }
+  gpu::Stream stream{0};
+  std::unique_ptr<gpu::EventTimer> timer;  // EG_CUDA_TIMING=1: GPU time of every replay
+  double timed_ms = 0.0;
+  int64_t timed_steps = 0;
+  // EG_CUDA_TIMING=2: eager steps (no graph), each kernel group timed alone (µs per step).
+  static constexpr int kGroups = 10;
+  double group_ms[kGroups] = {};
+  int64_t profiled_steps = 0;
+  gpu::DeviceBuffer args, x, x2, counters, h, act, qkv, q, attn, partial, proj, gu, g, logits, result;
+  std::unique_ptr<gpu::Graph> graph;
+  PersistentStep persistent;  // EG_CUDA_STEP=persistent
+  uint64_t graph_kv = 0;  // serial of the cache the graph was captured for
+  PrefillScratch pf;
+};
+
+class CudaExecutor final : public StepExecutor {
+ public:
+  explicit CudaExecutor(const Model& m) : m_(m), cfg_(m.config()) {
+    const gpu::DeviceInfo info = gpu::device_info(0);
+    desc_ = "cuda: " + info.name + " (sm_" + std::to_string(info.cc_major) + std::to_string(info.cc_minor) + ")";
+    sm_count_ = info.sm_count;
+    const char* t = std::getenv("EG_CUDA_TIMING");
+    timing_ = t && *t ? std::atoi(t) : 0;
+    if (const char* k = std::getenv("EG_CUDA_SPLIT_KEYS")) split_keys_ = std::max(1, std::atoi(k));  // tuning
+    if (const char* k = std::getenv("EG_CUDA_SPLIT_MIN_KEYS")) {
+      split_min_keys_ = std::max(1, std::atoi(k));
+      split_min_keys_set_ = true;
+    }
+    const ModelWeights& w = m.weights();
+    // The fused step (fused.h: 5 kernels per layer) needs stacked q|k|v and an interleaved
+    // gate|up; EG_CUDA_FUSED=0 keeps the step of separate kernels (for comparisons).
+    const char* fz = std::getenv("EG_CUDA_FUSED");
+    fused_ = !(fz && std::string(fz) == "0");
+    const char* at = std::getenv("EG_CUDA_ATTN");
+    attn_split_ = at && std::string(at) == "split";
+    const char* dn = std::getenv("EG_CUDA_DOWN");
+    down_quant_ = !(dn && std::string(dn) == "stage");
+    read_prefill_options();
+    const char* sp = std::getenv("EG_CUDA_STEP");
+    const std::string step_mode = sp ? sp : "";
+    if (!step_mode.empty() && step_mode != "graph" && step_mode != "persistent")
+      throw Error("EG_CUDA_STEP must be graph or persistent, not '" + step_mode + "'");
+    for (int li = 0; li < cfg_.n_layers && fused_; ++li) {
+      const LayerWeights& lw = w.layers[li];
+      fused_ = same_kind(lw.q, lw.k) && same_kind(lw.q, lw.v) && same_kind(lw.gate, lw.up) &&
+               lw.gate.rows % 4 == 0 && cfg_.layers[li].intermediate_size == lw.gate.rows;
+    }
+    embed_ = upload(w.embed);
+    final_norm_ = upload_norm(w.final_norm);
+    embed_scale_ = embedding_scale(cfg_.hidden_size, DType::F32);
+    for (int li = 0; li < cfg_.n_layers; ++li) {
+      const LayerConfig& lc = cfg_.layers[li];
+      const LayerWeights& lw = w.layers[li];
+      DevLayer d;
+      d.qkv_fused = same_kind(lw.q, lw.k) && same_kind(lw.q, lw.v);
+      if (d.qkv_fused) {
+        d.qkv = upload_stacked({&lw.q, &lw.k, &lw.v});
+      } else {
+        d.q = upload(lw.q);
+        d.k = upload(lw.k);
+        d.v = upload(lw.v);
+      }
+      d.o = upload(lw.o);
+      d.gu_fused = same_kind(lw.gate, lw.up);
+      if (fused_) {
+        const std::string il = gpu::interleave_gate_up(lw.gate.data, lw.up.data, lw.gate.dtype, lw.gate.rows, lw.gate.cols);
+        d.gu = gpu::upload_weight(il.data(), lw.gate.dtype, 2 * lw.gate.rows, lw.gate.cols);
+      } else if (d.gu_fused) {
+        d.gu = upload_stacked({&lw.gate, &lw.up});
+      } else {
+        d.gate = upload(lw.gate);
+        d.up = upload(lw.up);
+      }
+      d.down = upload(lw.down);
+      d.input_norm = upload_norm(lw.input_norm);
+      d.post_attn_norm = upload_norm(lw.post_attn_norm);
+      d.pre_ffw_norm = upload_norm(lw.pre_ffw_norm);
+      d.post_ffw_norm = upload_norm(lw.post_ffw_norm);
+      if (cfg_.qk_norm) {
+        d.q_norm = upload_norm(lw.q_norm);
+        d.k_norm = upload_norm(lw.k_norm);
+      }
+      // As Model's constructor: frequencies of the pairs past rope_pairs are 0.
+      std::vector<float> inv(static_cast<size_t>(lc.rope_dims / 2), 0.0f);
+      ops::rope_inv_freq(lc.rope_theta, lc.rope_dims, lc.rope_linear_factor, inv.data());
+      for (size_t i = static_cast<size_t>(lc.rope_pairs); i < inv.size(); ++i) inv[i] = 0.0f;
+      if (inv.empty()) inv.push_back(0.0f);
+      d.inv_freq = upload_floats(inv);
+      max_qkv_ = std::max<int64_t>(max_qkv_, static_cast<int64_t>(cfg_.n_heads + 2 * lc.n_kv_heads) * lc.head_dim);
+      max_q_ = std::max<int64_t>(max_q_, static_cast<int64_t>(cfg_.n_heads) * lc.head_dim);
+      max_i_ = std::max<int64_t>(max_i_, lc.intermediate_size);
+      max_hd_ = std::max(max_hd_, lc.head_dim);
+      layers_.push_back(std::move(d));
+    }
+    // The persistent step is the default where it applies (measured ~5% faster than the graph step
+    // on the H200, docs/cuda.md); EG_CUDA_STEP=graph keeps the graph step.
+    if (step_mode != "graph") build_persistent_shape(step_mode == "persistent");
+    if (prefill_gemm_ && pf_once_) {
+      // EG_CUDA_PREFILL_WEIGHTS=once: every matrix dequantized to 16-bit now (2 bytes per weight).
+      gpu::Stream s(0);
+      for (DevLayer& d : layers_) {
+        for (const gpu::DeviceWeight* W : {&d.qkv, &d.q, &d.k, &d.v, &d.o, &d.gu, &d.gate, &d.up, &d.down}) {
+          if (W->rows == 0) continue;
+          gpu::DeviceBuffer b(gpu::dequant_bytes(*W));
+          gpu::dequant_weight(s, *W, pf_type_, b.data());
+          pf_once_bytes_ += b.bytes();
+          d.w16.emplace_back(W, std::move(b));
+        }
+      }
+      s.sync();
+    }
+  }
+
+  Device device() const override { return Device::CUDA; }
+  std::string description() const override { return desc_; }
+  const ModelConfig& config() const override { return cfg_; }
+
+  std::unique_ptr<StepWorkspace> new_workspace() const override {
+    auto ws = std::make_unique<CudaWorkspace>();
+    const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
+    const int64_t act_k = std::max({H, max_q_, max_i_});
+    ws->args = gpu::DeviceBuffer(sizeof(gpu::StepArgs));
+    ws->x = gpu::DeviceBuffer(H * 4);
+    ws->x2 = gpu::DeviceBuffer(H * 4);
+    ws->counters = gpu::DeviceBuffer(static_cast<size_t>(cfg_.n_heads) * 4);
+    ws->counters.zero();
+    ws->h = gpu::DeviceBuffer(H * 4);
+    ws->act = gpu::DeviceBuffer(gpu::act_q8_bytes(act_k));
+    ws->qkv = gpu::DeviceBuffer(max_qkv_ * 4);
+    ws->q = gpu::DeviceBuffer(max_q_ * 4);
+    ws->attn = gpu::DeviceBuffer(max_q_ * 4);
+    ws->proj = gpu::DeviceBuffer(H * 4);
+    ws->gu = gpu::DeviceBuffer(2 * max_i_ * 4);
+    ws->g = gpu::DeviceBuffer(max_i_ * 4);
+    ws->logits = gpu::DeviceBuffer(V * 4);
+    ws->result = gpu::DeviceBuffer(8);
+    return ws;
+  }
+
+  std::unique_ptr<KVCache> new_kv_cache(const KVCacheOptions& opt) const override {
+    if (opt.type == KVType::INT8)
+      throw Error("--device cuda: an int8 KV cache is not supported on the GPU yet (use --kv-type f16, bf16 or f32)");
+    auto kv = std::make_unique<KVCache>(cfg_, opt);
+    auto st = std::make_unique<CudaKV>();
+    st->serial = g_kv_serial.fetch_add(1);
+    st->max_tokens = opt.max_tokens;
+    st->elem = opt.type == KVType::F16 ? gpu::KVElem::F16 : opt.type == KVType::BF16 ? gpu::KVElem::BF16 : gpu::KVElem::F32;
+    const size_t eb = opt.type == KVType::F32 ? 4 : 2;
+    for (int li = 0; li < cfg_.n_layers; ++li) {
+      const LayerConfig& lc = cfg_.layers[li];
+      const size_t bytes = static_cast<size_t>(opt.max_tokens) * lc.n_kv_heads * lc.head_dim * eb;
+      st->k.emplace_back(bytes);
+      st->v.emplace_back(bytes);
+    }
+    kv->set_device_state(std::move(st));
+    return kv;
+  }
+
+  void prefill(const int32_t* tokens, int T, KVCache& kv, StepWorkspace& ws, LogitsMode mode,
+               std::vector<float>& logits) const override {
+    if (T <= 0) throw Error("forward: no tokens");
+    CudaKV& st = check_cache(kv);
+    check_room(kv, T, -1);
+    for (int t = 0; t < T; ++t) check_token(tokens[t]);
+    auto& w = static_cast<CudaWorkspace&>(ws);
+    const int64_t V = cfg_.vocab_size;
+    if (mode == LogitsMode::Last) logits.resize(static_cast<size_t>(V));
+    if (mode == LogitsMode::All) logits.resize(static_cast<size_t>(T) * V);
+    if (prefill_gemm_ && T >= pf_min_tokens_) {
+      for (int c0 = 0; c0 < T; c0 += pf_chunk_) {
+        const int n = std::min(pf_chunk_, T - c0);
+        const bool last = c0 + n == T;
+        float* out = mode == LogitsMode::All ? logits.data() + static_cast<size_t>(c0) * V
+                     : mode == LogitsMode::Last && last ? logits.data() : nullptr;
+        prefill_chunk(tokens + c0, n, kv, st, w, out, mode == LogitsMode::All);
+      }
+      w.stream.sync();
+      return;
+    }
+    for (int t = 0; t < T; ++t) {
+      step(tokens[t], kv, st, w);
+      const bool want = mode == LogitsMode::All || (mode == LogitsMode::Last && t == T - 1);
+      if (want) {
+        float* dst = logits.data() + (mode == LogitsMode::All ? static_cast<size_t>(t) * V : 0);
+        gpu::copy_to_host_async(w.stream, dst, w.logits.data(), static_cast<size_t>(V) * 4);
+        w.stream.sync();
+      }
+    }
+    w.stream.sync();
+  }
+
+  void decode(const int32_t* tokens, int B, KVCache* const* kvs, StepWorkspace& ws,
+              std::vector<float>& logits) const override {
+    check_batch(tokens, B, kvs);
+    auto& w = static_cast<CudaWorkspace&>(ws);
+    const int64_t V = cfg_.vocab_size;
+    logits.resize(static_cast<size_t>(B) * V);
+    for (int b = 0; b < B; ++b) {
+      step(tokens[b], *kvs[b], check_cache(*kvs[b]), w);
+      gpu::copy_to_host_async(w.stream, logits.data() + static_cast<size_t>(b) * V, w.logits.data(),
+                              static_cast<size_t>(V) * 4);
+    }
+    w.stream.sync();
+  }
+
+  void decode_argmax(const int32_t* tokens, int B, KVCache* const* kvs, StepWorkspace& ws,
+                     int32_t* out) const override {
+    check_batch(tokens, B, kvs);
+    auto& w = static_cast<CudaWorkspace&>(ws);
+    std::vector<uint64_t> keys(static_cast<size_t>(B));
+    for (int b = 0; b < B; ++b) {
+      step(tokens[b], *kvs[b], check_cache(*kvs[b]), w);
+      gpu::copy_to_host_async(w.stream, &keys[b], w.result.data(), 8);
+    }
+    w.stream.sync();
+    for (int b = 0; b < B; ++b) {
+      const gpu::ArgmaxResult r = gpu::decode_argmax(keys[b]);
+      out[b] = r.id < 0 ? 0 : r.id;
+    }
+  }
+
+ private:
+  CudaKV& check_cache(KVCache& kv) const {
+    auto* st = dynamic_cast<CudaKV*>(kv.device_state());
+    if (!st) throw Error("CUDA executor: this KV cache was not made by the CUDA executor (new_kv_cache)");
+    if (kv.n_layers() != cfg_.n_layers)
+      throw Error("KV cache has " + std::to_string(kv.n_layers()) + " layers, the model " + std::to_string(cfg_.n_layers));
+    return *st;
+  }
+  void check_room(const KVCache& kv, int T, int row) const {
+    if (kv.n_past() + T > kv.capacity())
+      throw Error("context full: " + std::to_string(kv.n_past() + T) + " tokens do not fit the KV cache of " +
+                  std::to_string(kv.capacity()) + (row >= 0 ? " (row " + std::to_string(row) + ")" : ""));
+  }
+  void check_token(int32_t id) const {
+    if (id < 0 || id >= cfg_.vocab_size)
+      throw Error("token id " + std::to_string(id) + " outside the vocabulary (size " + std::to_string(cfg_.vocab_size) + ")");
+  }
+  void check_batch(const int32_t* tokens, int B, KVCache* const* kvs) const {
+    if (B <= 0) throw Error("decode: no rows");
+    for (int b = 0; b < B; ++b) {
+      if (!kvs[b]) throw Error("decode: row " + std::to_string(b) + " has no KV cache");
+      for (int c = 0; c < b; ++c)
+        if (kvs[c] == kvs[b]) throw Error("decode: rows " + std::to_string(c) + " and " + std::to_string(b) + " share a KV cache");
+      check_cache(*kvs[b]);
+      check_room(*kvs[b], 1, b);
+      check_token(tokens[b]);
+    }
+  }
+
+  // One token at kv.n_past(): host bookkeeping, args upload, graph replay (captured on first use).
+  void step(int32_t token, KVCache& kv, CudaKV& st, CudaWorkspace& w) const {
+    const int pos = kv.n_past();
+    kv.begin_append(pos, 1);
+    if (persistent_.grid > 0 && timing_ != 2) {
+      step_persistent(token, pos, st, w);
+      kv.commit(pos + 1);
+      return;
+    }
+    const gpu::StepArgs a{token, pos};
+    gpu::copy_to_device_async(w.stream, w.args.data(), &a, sizeof a);
+    if (timing_ == 2) {
+      if (!w.partial.data() || w.partial.bytes() < partial_bytes(st.max_tokens))
+        w.partial = gpu::DeviceBuffer(partial_bytes(st.max_tokens));
+      if (!w.timer) w.timer = std::make_unique<gpu::EventTimer>(w.stream);
+      if (fused_) enqueue_step_fused(st, w, true);
+      else enqueue_step(st, w, true);
+      ++w.profiled_steps;
+      kv.commit(pos + 1);
+      return;
+    }
+    if (!w.graph || w.graph_kv != st.serial) {
+      if (!w.partial.data() || w.partial.bytes() < partial_bytes(st.max_tokens))
+        w.partial = gpu::DeviceBuffer(partial_bytes(st.max_tokens));
+      w.graph = std::make_unique<gpu::Graph>();
+      w.graph->begin_capture(w.stream);
+      try {
+        if (fused_) enqueue_step_fused(st, w, false);
+        else enqueue_step(st, w, false);
+      } catch (...) {
+        try { w.graph->end_capture(); } catch (...) {}
+        w.graph.reset();
+        throw;
+      }
+      w.graph->end_capture();
+      w.graph_kv = st.serial;
+    }
+    if (timing_ == 1) {
+      if (!w.timer) w.timer = std::make_unique<gpu::EventTimer>(w.stream);
+      w.timer->start();
+      w.graph->launch();
+      w.timer->stop();
+      w.timed_ms += w.timer->elapsed_ms();
+      ++w.timed_steps;
+    } else {
+      w.graph->launch();
+    }
+    kv.commit(pos + 1);
+  }
+
+  // EG_CUDA_PREFILL=gemm|steps, EG_CUDA_PREFILL_CHUNK=N (tokens per chunk, default 512),
+  // EG_CUDA_PREFILL_MIN=N (calls with fewer tokens take the step loop, default 2),
+  // EG_CUDA_PREFILL_WEIGHTS=layer|once, EG_CUDA_PREFILL_TYPE=bf16|f16 (docs/cuda.md).
+  void read_prefill_options() {
+    auto env = [](const char* n) { const char* v = std::getenv(n); return std::string(v ? v : ""); };
+    const std::string mode = env("EG_CUDA_PREFILL");
+    if (!mode.empty() && mode != "gemm" && mode != "steps") throw Error("EG_CUDA_PREFILL must be gemm or steps, not '" + mode + "'");
+    prefill_gemm_ = mode != "steps";
+    if (!env("EG_CUDA_PREFILL_CHUNK").empty()) pf_chunk_ = std::max(1, std::atoi(env("EG_CUDA_PREFILL_CHUNK").c_str()));
+    pf_chunk_ = std::min(pf_chunk_, 65535);
+    if (!env("EG_CUDA_PREFILL_MIN").empty()) pf_min_tokens_ = std::max(1, std::atoi(env("EG_CUDA_PREFILL_MIN").c_str()));
+    const std::string wm = env("EG_CUDA_PREFILL_WEIGHTS");
+    if (!wm.empty() && wm != "layer" && wm != "once") throw Error("EG_CUDA_PREFILL_WEIGHTS must be layer or once, not '" + wm + "'");
+    pf_once_ = wm == "once";
+    const std::string ty = env("EG_CUDA_PREFILL_TYPE");
+    if (!ty.empty() && ty != "bf16" && ty != "f16") throw Error("EG_CUDA_PREFILL_TYPE must be bf16 or f16, not '" + ty + "'");
+    pf_type_ = ty == "f16" ? gpu::GemmType::F16 : gpu::GemmType::BF16;
+  }
+
+  void ensure_prefill_scratch(CudaWorkspace& w, int n) const;
+
+  // y[t·ldy + n] = W·x_t: W's 16-bit copy (once) or W dequantized into the scratch now.
+  void gemm(CudaWorkspace& w, const DevLayer& d, const gpu::DeviceWeight& W, const void* x16, int T, float* y,
+            int64_t ldy) const;
+
+  // One chunk of T tokens at kv.n_past() through every layer (prefill.h), then the LM head of
+  // the last row (logits_out non-null) or of every row (all).
+  void prefill_chunk(const int32_t* tokens, int T, KVCache& kv, CudaKV& st, CudaWorkspace& w, float* logits_out,
+                     bool all) const;
+
+  void matvec(const gpu::Stream& s, const gpu::DeviceWeight& W, const float* x, const void* act, float* y) const;
+
+  // Runs f; when profiling, alone between two events, its time added to group g.
+  template <class F>
+  void op(CudaWorkspace& w, bool prof, int g, F&& f) const;
+
+  void enqueue_step(CudaKV& st, CudaWorkspace& w, bool prof) const;
+
+  // EG_CUDA_STEP=persistent (step_kernel.h): every layer in one cooperative launch, then the
+  // fused LM head. Needs the fused step's weights (stacked q|k|v, interleaved gate|up), Q4_0/Q8_0
+  // layer matrices and one head_dim; otherwise the graph step stays (the reason on stderr).
+  void build_persistent_shape(bool asked);
+
+  void step_persistent(int32_t token, int pos, CudaKV& st, CudaWorkspace& w) const;
+
+  gpu::QKVHeadArgs qkv_args(const LayerConfig& lc, const DevLayer& d, gpu::KVElem kv) const {
+    gpu::QKVHeadArgs qa;
+    qa.n_heads = cfg_.n_heads;
+    qa.n_kv_heads = lc.n_kv_heads;
+    qa.head_dim = lc.head_dim;
+    qa.rope_dims = lc.rope_dims;
+    qa.q_norm_dev = cfg_.qk_norm ? d.q_norm.as<const float>() : nullptr;
+    qa.k_norm_dev = cfg_.qk_norm ? d.k_norm.as<const float>() : nullptr;
+    qa.w_offset = cfg_.norm_offset;
+    qa.eps = cfg_.rms_norm_eps;
+    qa.inv_freq_dev = d.inv_freq.as<const float>();
+    qa.kv = kv;
+    return qa;
+  }
+  gpu::AttentionArgs attn_args(const LayerConfig& lc, gpu::KVElem kv, int n_splits) const {
+    gpu::AttentionArgs aa;
+    aa.n_heads = cfg_.n_heads;
+    aa.n_kv_heads = lc.n_kv_heads;
+    aa.head_dim = lc.head_dim;
+    aa.scale = cfg_.query_scale;
+    aa.softcap = cfg_.attn_softcap;
+    aa.window = lc.type == LayerType::Sliding ? cfg_.sliding_window : 0;
+    aa.n_splits = n_splits;
+    aa.kv = kv;
+    return aa;
+  }
+
+  // The fused step (fused.h): embed; per layer qkv (residual + input norm in its input stage),
+  // attention (q/k norm, RoPE, K/V write, splits and combine), o (quantize stage), gate|up
+  // (residual + post-attn norm + pre-ffw norm stage, GELU·up epilogue), quantize_act + down
+  // (or the down on a quantize stage: EG_CUDA_DOWN=stage); LM head (residual + post-ffw norm +
+  // final norm stage, argmax). 6 kernels per layer (5 with EG_CUDA_DOWN=stage). The residual alternates
+  // between x (read by qkv, written by gate|up) and x2 (the other way round).
+  void enqueue_step_fused(CudaKV& st, CudaWorkspace& w, bool prof) const;
+
+  int splits(int max_tokens) const {
+    // About split_keys_ keys per split at a full context (default 8: 2 per warp), at most ~4 CTAs
+    // per multiprocessor in total.
+    const int by_len = (max_tokens + split_keys_ - 1) / split_keys_;
+    const int cap = std::max(1, 4 * sm_count_ / std::max(1, cfg_.n_heads));
+    return std::max(1, std::min(by_len, cap));
+  }
+  size_t partial_bytes(int max_tokens) const {
+    return static_cast<size_t>(gpu::attention_partial_floats(cfg_.n_heads, max_hd_, splits(max_tokens))) * 4;
+  }
+
+  const Model& m_;
+  const ModelConfig& cfg_;
+  std::string desc_;
+  int sm_count_ = 1;
+  int split_keys_ = 8;
+  bool split_min_keys_set_ = false;
+  int split_min_keys_ = 32;  // fused attention: keys per used split at least (EG_CUDA_SPLIT_MIN_KEYS)
+  bool fused_ = true;  // the fused step (EG_CUDA_FUSED=0: separate kernels)
+  bool attn_split_ = false;  // fused step with qkv_heads + split attention (EG_CUDA_ATTN=split)
+  // Fused step: quantize_act + plain down matvec (default; measured faster than the per-CTA input
+  // stage over 6912 values), or EG_CUDA_DOWN=stage for the fused down.
+  bool down_quant_ = true;
+  // The GEMM prefill (read_prefill_options).
+  bool prefill_gemm_ = true;
+  int pf_chunk_ = 512, pf_min_tokens_ = 2;
+  bool pf_once_ = false;
+  size_t pf_once_bytes_ = 0;  // the 16-bit weight copies of EG_CUDA_PREFILL_WEIGHTS=once
+  gpu::GemmType pf_type_ = gpu::GemmType::BF16;
+  int timing_ = 0;  // EG_CUDA_TIMING: 1 = GPU time per graph replay, 2 = eager per-kernel-group profile
+  gpu::DeviceWeight embed_;
+  gpu::DeviceBuffer final_norm_;
+  float embed_scale_ = 1.0f;
+  std::vector<DevLayer> layers_;
+  PersistentShape persistent_;  // grid 0: the graph step
+  int64_t max_qkv_ = 0, max_q_ = 0, max_i_ = 0;
+  int max_hd_ = 0;
+};
+
+}  // namespace eg::cudaexec

@@ -1,0 +1,119 @@
+// The CUDA executor's GEMM prefill (cuda_executor_impl.h, docs/cuda.md "GEMM prefill"): chunks
+// of T tokens through 16-bit tensor-core GEMMs and the row / attention kernels of prefill.h.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "exec/cuda_executor_impl.h"
+
+namespace eg::cudaexec {
+
+void CudaExecutor::ensure_prefill_scratch(CudaWorkspace& w, int n) const {
+  PrefillScratch& p = w.pf;
+  if (p.tokens >= n) return;
+  const int64_t H = cfg_.hidden_size, C = n;
+  const int64_t k16 = std::max({H, max_q_, max_i_});
+  p.ids = gpu::DeviceBuffer(C * 4);
+  p.x = gpu::DeviceBuffer(C * H * 4);
+  p.proj = gpu::DeviceBuffer(C * H * 4);
+  p.h16 = gpu::DeviceBuffer(C * k16 * 2);
+  p.qkv = gpu::DeviceBuffer(C * max_qkv_ * 4);
+  p.q = gpu::DeviceBuffer(C * max_q_ * 4);
+  p.gu = gpu::DeviceBuffer(C * 2 * max_i_ * 4);
+  if (!pf_once_ && !p.w16.data()) {
+    size_t mx = 0;
+    for (const DevLayer& d : layers_)
+      for (const gpu::DeviceWeight* W : {&d.qkv, &d.q, &d.k, &d.v, &d.o, &d.gu, &d.gate, &d.up, &d.down})
+        if (W->rows > 0) mx = std::max(mx, gpu::dequant_bytes(*W));
+    p.w16 = gpu::DeviceBuffer(mx);
+  }
+  if (!p.result.data()) p.result = gpu::DeviceBuffer(8);
+  if (!p.gemm) p.gemm = std::make_unique<gpu::Gemm>(w.stream);
+  p.tokens = n;
+}
+
+void CudaExecutor::gemm(CudaWorkspace& w, const DevLayer& d, const gpu::DeviceWeight& W, const void* x16, int T, float* y,
+          int64_t ldy) const {
+  const void* w16 = nullptr;
+  for (const auto& [src, buf] : d.w16)
+    if (src == &W) w16 = buf.data();
+  if (!w16) {
+    gpu::dequant_weight(w.stream, W, pf_type_, w.pf.w16.data());
+    w16 = w.pf.w16.data();
+  }
+  w.pf.gemm->run(pf_type_, w16, W.rows, W.cols, x16, T, y, ldy);
+}
+
+void CudaExecutor::prefill_chunk(const int32_t* tokens, int T, KVCache& kv, CudaKV& st, CudaWorkspace& w, float* logits_out,
+                   bool all) const {
+  ensure_prefill_scratch(w, T);
+  const gpu::Stream& s = w.stream;
+  PrefillScratch& p = w.pf;
+  const int pos0 = kv.n_past();
+  const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
+  const float eps = cfg_.rms_norm_eps, off = cfg_.norm_offset;
+  const gpu::GemmType ty = pf_type_;
+  float* x = p.x.as<float>();
+  float* proj = p.proj.as<float>();
+  float* qkv = p.qkv.as<float>();
+  float* gu = p.gu.as<float>();
+  void* h16 = p.h16.data();
+  gpu::copy_to_device_async(s, p.ids.data(), tokens, static_cast<size_t>(T) * 4);
+  gpu::embed_rows(s, embed_, p.ids.as<const int32_t>(), T, embed_scale_, x);
+  gpu::norm_rows(s, T, H, x, layers_[0].input_norm.as<const float>(), off, eps, ty, h16);
+  for (int li = 0; li < cfg_.n_layers; ++li) {
+    const LayerConfig& lc = cfg_.layers[li];
+    const DevLayer& d = layers_[li];
+    const int64_t hd = lc.head_dim, qn = cfg_.n_heads * hd, kn = lc.n_kv_heads * hd, wq = qn + 2 * kn;
+    if (d.qkv_fused) {
+      gemm(w, d, d.qkv, h16, T, qkv, wq);
+    } else {
+      gemm(w, d, d.q, h16, T, qkv, wq);
+      gemm(w, d, d.k, h16, T, qkv + qn, wq);
+      gemm(w, d, d.v, h16, T, qkv + qn + kn, wq);
+    }
+    gpu::qk_rope_kv_rows(s, qkv_args(lc, d, st.elem), T, pos0, qkv, p.q.as<float>(), st.k[li].data(), st.v[li].data());
+    gpu::attention_prefill(s, attn_args(lc, st.elem, 1), T, pos0, p.q.as<const float>(), st.k[li].data(),
+                           st.v[li].data(), ty, h16);
+    gemm(w, d, d.o, h16, T, proj, H);
+    gpu::residual_norm_rows(s, T, H, x, proj, d.post_attn_norm.as<const float>(), d.pre_ffw_norm.as<const float>(),
+                            off, eps, ty, h16);
+    const int64_t I = lc.intermediate_size;
+    if (d.gu.rows > 0) {
+      gemm(w, d, d.gu, h16, T, gu, 2 * I);
+    } else {
+      gemm(w, d, d.gate, h16, T, gu, 2 * I);
+      gemm(w, d, d.up, h16, T, gu + I, 2 * I);
+    }
+    gpu::gelu_mul_rows(s, T, I, gu, fused_ ? gpu::GateUpLayout::Interleaved : gpu::GateUpLayout::Stacked, ty, h16);
+    gemm(w, d, d.down, h16, T, proj, H);
+    if (li + 1 < cfg_.n_layers)
+      gpu::residual_norm_rows(s, T, H, x, proj, d.post_ffw_norm.as<const float>(),
+                              layers_[li + 1].input_norm.as<const float>(), off, eps, ty, h16);
+  }
+  // LM head: the decode step's (residual + post-ffw norm + final norm stage) on each wanted row.
+  for (int t = all ? 0 : T - 1; logits_out && t < T; ++t) {
+    gpu::MatvecInput in;
+    in.src_dev = proj + static_cast<int64_t>(t) * H;
+    in.residual_dev = x + static_cast<int64_t>(t) * H;
+    in.w_post_dev = layers_.back().post_ffw_norm.as<const float>();
+    in.w_norm_dev = final_norm_.as<const float>();
+    in.w_offset = off;
+    in.eps = eps;
+    gpu::zero_async(s, p.result.data(), 8);
+    gpu::lm_head_argmax_fused(s, embed_, in, cfg_.final_softcap, p.result.as<uint64_t>(), w.logits.as<float>());
+    gpu::copy_to_host_async(s, logits_out + (all ? static_cast<size_t>(t) * V : 0), w.logits.data(),
+                            static_cast<size_t>(V) * 4);
+  }
+  // Host bookkeeping (begin_append must not cross a page): the device rows are written above.
+  const int P = kv.options().page_tokens;
+  for (int p0 = pos0; p0 < pos0 + T;) {
+    const int n = std::min(pos0 + T, (p0 / P + 1) * P) - p0;
+    kv.begin_append(p0, n);
+    kv.commit(p0 + n);
+    p0 += n;
+  }
+}
+
+}  // namespace eg::cudaexec
