@@ -15,23 +15,7 @@ using namespace egtest;
 
 namespace {
 
-std::string b64(const std::string& in) {
-  static const char* A = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
-    for (int k = 3; k >= 0; --k) out += A[(v >> (6 * k)) & 63];
-  }
-  if (i + 1 == in.size()) {
-    const uint32_t v = uint8_t(in[i]) << 16;
-    out += std::string{A[(v >> 18) & 63], A[(v >> 12) & 63]} + "==";
-  } else if (i + 2 == in.size()) {
-    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
-    out += std::string{A[(v >> 18) & 63], A[(v >> 12) & 63], A[(v >> 6) & 63]} + "=";
-  }
-  return out;
-}
+std::string b64(const std::string& in) { return egtest::base64(in); }
 
 json audio_part(const std::string& bytes, const std::string& format) {
   return {{"type", "input_audio"}, {"input_audio", {{"data", b64(bytes)}, {"format", format}}}};

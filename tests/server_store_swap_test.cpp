@@ -1,6 +1,7 @@
 // `serve` following the model store (docs/model-store.md): hot rollback under a running load with
 // zero failed requests (POST /v1/models/NAME/rollback, and `edgegemma models rollback` from
-// another process), the admin key, /v1/models' versions, and --rollback-if.
+// another process), the admin key, /v1/models' versions, --rollback-if, and --mmproj kept across
+// a swap.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -9,8 +10,12 @@
 #include <thread>
 
 #include "core/error.h"
+#include "engine/loaded_model.h"
+#include "model/gguf_quantize.h"
+#include "model/mmproj.h"
 #include "server_test_util.h"
 #include "store/store.h"
+#include "vision_test_util.h"
 
 using egtest::TestServer;
 using nlohmann::json;
@@ -206,4 +211,52 @@ TEST(ServerStoreSwap, NotFollowingWithoutStore) {
   EXPECT_EQ(s.post("/v1/models/test-model/rollback", json::object(), kAdmin).first, 403);
   o.rollback_if = "ttft_p95>1s";
   EXPECT_THROW(eg::server::Server(egtest::shared_model(egtest::shared_dir() + "/models/tiny-gemma3"), o), eg::Error);
+}
+
+// serve -m NAME --mmproj FILE: the mmproj is attached to every version the store swaps in, not
+// only the first (before, the rolled-back version answered image requests with "no vision tower").
+TEST(ServerStoreSwap, MmprojStaysAttachedAcrossASwap) {
+  const std::string dir = egtest::make_temp_dir();
+  const std::string text = dir + "/text.gguf", mm = dir + "/mmproj.gguf";
+  eg::GGUFQuantizeOptions q;
+  q.type = "q8_0";
+  eg::quantize_to_gguf(egtest::g3v_dir(), text, q);
+  eg::MmprojWriteOptions mo;
+  mo.type = "f16";
+  eg::write_mmproj(egtest::g3v_dir(), mm, mo);
+  Fixture f;
+  f.root = dir + "/store";
+  {
+    eg::store::Store st(f.root);
+    eg::store::AddOptions o;
+    o.name = "tiny";
+    o.version = "v1";
+    st.add(text, o);
+    o.version = "v2";
+    st.add(text, o);  // the same text model: the answers must not change across the swap
+    f.v2_path = st.model_path(st.manifest("tiny", "v2"));
+  }
+  auto o = store_opts(f);
+  o.mmproj = mm;
+  o.scheduler.slots = 1;
+  std::shared_ptr<eg::LoadedModel> first = eg::LoadedModel::load(f.v2_path);
+  first->attach_mmproj(mm);
+  TestServer s(std::shared_ptr<const eg::LoadedModel>(std::move(first)), o);
+  const std::string png = egtest::g3v_dir() + "/inputs/img_gradient_224x224.png";
+  const json req = {{"messages", json::array({{{"role", "user"},
+                                               {"content", json::array({{{"type", "image_url"},
+                                                                         {"image_url", {{"url", "data:image/png;base64," + egtest::base64(egtest::read_file(png))}}}},
+                                                                        {{"type", "text"}, {"text", "Describe this."}}})}}})},
+                    {"max_tokens", 8},
+                    {"temperature", 0},
+                    {"ignore_eos", true}};
+  auto [st1, r1] = s.post("/v1/chat/completions", req);
+  ASSERT_EQ(st1, 200) << r1.dump();
+  EXPECT_EQ(s.post("/v1/models/tiny/rollback", json::object(), kAdmin).first, 200);
+  for (int i = 0; i < 500 && serving(s) != "v1"; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(serving(s), "v1");
+  auto [st2, r2] = s.post("/v1/chat/completions", req);
+  ASSERT_EQ(st2, 200) << r2.dump();
+  EXPECT_EQ(r2["choices"][0]["message"]["content"], r1["choices"][0]["message"]["content"]);
+  EXPECT_EQ(r2["usage"]["prompt_tokens"], r1["usage"]["prompt_tokens"]);
 }

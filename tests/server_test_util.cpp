@@ -18,11 +18,37 @@ std::shared_ptr<const eg::LoadedModel> shared_model(const std::string& path) {
   return m;
 }
 
-TestServer::TestServer(const std::string& model_path, eg::server::ServerOptions o) {
+std::string base64(const std::string& in) {
+  static const char* A = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  size_t i = 0;
+  for (; i + 2 < in.size(); i += 3) {
+    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
+    for (int k = 3; k >= 0; --k) out += A[(v >> (6 * k)) & 63];
+  }
+  if (i + 1 == in.size()) {
+    const uint32_t v = uint8_t(in[i]) << 16;
+    out += A[(v >> 18) & 63];
+    out += A[(v >> 12) & 63];
+    out += "==";
+  } else if (i + 2 == in.size()) {
+    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
+    out += A[(v >> 18) & 63];
+    out += A[(v >> 12) & 63];
+    out += A[(v >> 6) & 63];
+    out += '=';
+  }
+  return out;
+}
+
+TestServer::TestServer(const std::string& model_path, eg::server::ServerOptions o)
+    : TestServer(model_path.empty() ? nullptr : shared_model(model_path), std::move(o)) {}
+
+TestServer::TestServer(std::shared_ptr<const eg::LoadedModel> model, eg::server::ServerOptions o) {
   o.host = "127.0.0.1";
   o.port = 0;
   if (o.model_id.empty()) o.model_id = "test-model";
-  srv_ = std::make_unique<eg::server::Server>(model_path.empty() ? nullptr : shared_model(model_path), o);
+  srv_ = std::make_unique<eg::server::Server>(std::move(model), o);
   port_ = srv_->bind();
   th_ = std::thread([this] { srv_->listen(); });
   for (int i = 0; i < 500; ++i) {  // until it answers

@@ -16,10 +16,15 @@ namespace egtest {
 /// Models are loaded once per process (by path).
 std::shared_ptr<const eg::LoadedModel> shared_model(const std::string& path);
 
+/// RFC 4648 base64 of `in` (the tests' own encoder, independent of the server's decoder).
+std::string base64(const std::string& in);
+
 class TestServer {
  public:
   /// model_path "": no chat model (an embeddings-only server: o.embedder must be set).
   TestServer(const std::string& model_path, eg::server::ServerOptions o);
+  /// A model already loaded (e.g. with an mmproj attached).
+  TestServer(std::shared_ptr<const eg::LoadedModel> model, eg::server::ServerOptions o);
   ~TestServer();
   /// Stops the server (as SIGTERM does in `serve`); the destructor then only joins.
   void stop();

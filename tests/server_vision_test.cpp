@@ -20,28 +20,7 @@ using namespace egtest;
 
 namespace {
 
-std::string b64(const std::string& in) {
-  static const char* A = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  std::string out;
-  size_t i = 0;
-  for (; i + 2 < in.size(); i += 3) {
-    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8) | uint8_t(in[i + 2]);
-    for (int k = 3; k >= 0; --k) out += A[(v >> (6 * k)) & 63];
-  }
-  if (i + 1 == in.size()) {
-    const uint32_t v = uint8_t(in[i]) << 16;
-    out += A[(v >> 18) & 63];
-    out += A[(v >> 12) & 63];
-    out += "==";
-  } else if (i + 2 == in.size()) {
-    const uint32_t v = (uint8_t(in[i]) << 16) | (uint8_t(in[i + 1]) << 8);
-    out += A[(v >> 18) & 63];
-    out += A[(v >> 12) & 63];
-    out += A[(v >> 6) & 63];
-    out += '=';
-  }
-  return out;
-}
+std::string b64(const std::string& in) { return base64(in); }
 
 std::string data_url(const std::string& file, const std::string& mime) {
   return "data:" + mime + ";base64," + b64(read_file(file));

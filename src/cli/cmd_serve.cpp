@@ -169,6 +169,7 @@ int serve(const ServeArgs& a) {
   o.device = parse_device(a.device);
   auto loaded = LoadedModel::load(path, o.device);
   if (!a.mmproj.empty()) loaded->attach_mmproj(a.mmproj);
+  o.mmproj = a.mmproj;  // and to every version the store swaps in
   std::shared_ptr<const LoadedModel> lm = std::move(loaded);
   for (const auto& n : lm->notes()) std::fprintf(stderr, "edgegemma: note: %s\n", n.c_str());
 

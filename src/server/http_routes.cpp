@@ -190,7 +190,9 @@ struct Server::Impl {
     const store::Store st(opt.store_root, false);
     const store::Manifest man = st.resolve(opt.store_name);
     if (man.version == backend()->version) return man.version;
-    swap_model(LoadedModel::load(st.model_path(man), opt.device), man.version);
+    auto lm = LoadedModel::load(st.model_path(man), opt.device);
+    if (!opt.mmproj.empty()) lm->attach_mmproj(opt.mmproj);
+    swap_model(std::move(lm), man.version);
     if (swapped) *swapped = true;
     return man.version;
   }

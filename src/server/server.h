@@ -55,6 +55,9 @@ struct ServerOptions {
   // version (on `device`) beside the served one and hot-swaps (swap_model). store_version: the
   // version the constructor's model is.
   std::string store_root, store_name, store_version;
+  // An mmproj file (`serve --mmproj`) attached to every version loaded from the store, as to the
+  // first one (a version that does not match it fails to load, and the served version stays).
+  std::string mmproj;
   double store_poll_s = 0.5;
   DeviceRequest device;
   // "" = admin routes off; else POST /v1/models/NAME/rollback needs "Authorization: Bearer KEY"
