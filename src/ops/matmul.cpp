@@ -1,8 +1,10 @@
-// ops::matmul / ops::matmul_fused for every weight dtype (ops.h contract).
+// ops::matmul / ops::matmul_fused / ops::matmul_gelu_mul for every weight dtype (ops.h contract).
 //   F32 / F16 / BF16: f32 dot products (backend/cpu/kernels.h), 4 tokens per weight-row read.
 //   Block-quantized weights: the activation rows are quantized once per call and weight type
 //   (ActQ8 or Q8_K, backend/cpu/quant_kernels.h), then integer block dots; weights with a packed
-//   copy (Weight::packed, backend/cpu/packed.h) go to the interleaved kernels, 64 rows per task.
+//   copy (Weight::packed, backend/cpu/packed.h) go to the interleaved kernels, 64 rows per task
+//   (and chunks of the tokens when a task would be long). matmul_gelu_mul forms each GeGLU input
+//   row just before quantizing it.
 // Threads (backend/cpu/thread_pool.h): one dispatch over chunks of 16 output rows of every
 // product of the call (the q/k/v projections of a layer are one dispatch, not three). Each output
 // element is one dot product with a fixed arithmetic order, so it does not depend on T, on
