@@ -1,6 +1,9 @@
 // KV cache benchmarks and report numbers (docs/performance.md "KV cache"):
 //   BM_PagedAttentionDecode/<type>/<ctx>  one decode query against ctx cached positions per
 //                                         storage type (gemma-3-1b head shapes), KV bytes/s read
+//   BM_PagedAttentionPrefill/<T>          T causal queries at positions 0..T-1 against themselves
+//                                         (F16 KV, gemma-3-1b head shapes: 4 heads, 1 kv head, 256),
+//                                         MAC/s of q·K plus p·V counted over the visible keys
 //   BM_KVWrite/<type>/<T>                 KVCache::write of T positions (gemma-3-1b K/V shape: 1 kv
 //                                         head x 256) into a prepared page: the cost of converting
 //                                         (and range-checking) K/V into the storage type
@@ -66,6 +69,41 @@ void BM_PagedAttentionDecode(benchmark::State& st) {
       benchmark::Counter(static_cast<double>(n) * kv.bytes_per_token(0), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_PagedAttentionDecode)->ArgsProduct({{0, 1, 2, 3}, {512, 4096}})->UseRealTime();
+
+void BM_PagedAttentionPrefill(benchmark::State& st) {
+  const int n = static_cast<int>(st.range(0)), H = 4, KVH = 1, D = 256;
+  eg::ModelConfig c;
+  c.n_layers = 1;
+  eg::LayerConfig l;
+  l.n_kv_heads = KVH;
+  l.head_dim = D;
+  c.layers.push_back(l);
+  eg::KVCacheOptions o;
+  o.type = eg::KVType::F16;
+  o.max_tokens = n;
+  o.page_tokens = n;
+  eg::KVCache kv(c, o);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd;
+  std::vector<float> k(static_cast<size_t>(n) * KVH * D), v(k.size()), q(static_cast<size_t>(n) * H * D);
+  for (auto& x : k) x = nd(rng);
+  for (auto& x : v) x = nd(rng);
+  for (auto& x : q) x = nd(rng);
+  kv.begin_append(0, n);
+  kv.write(0, 0, n, k.data(), v.data());
+  kv.commit(n);
+  std::vector<float> out(q.size());
+  std::vector<int32_t> pos(n);
+  for (int i = 0; i < n; ++i) pos[i] = i;
+  const eg::ops::AttentionParams p{H, KVH, D, 0.0625f, 0.0f, 0};
+  for (auto _ : st) {
+    eg::kv::paged_attention(q.data(), n, pos.data(), kv.view(0), p, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double visible = 0.5 * n * (n + 1.0);  // causal: query t sees t + 1 keys
+  st.counters["MAC/s"] = benchmark::Counter(2.0 * visible * H * D, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_PagedAttentionPrefill)->Arg(512)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 void BM_KVWrite(benchmark::State& st) {
   const eg::KVType type = kTypes[st.range(0)];

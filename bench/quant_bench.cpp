@@ -120,6 +120,9 @@ void PackedArgs(benchmark::internal::Benchmark* b) {
       b->Args({ti, 6912, 1152, 64, pk});
       b->Args({ti, 1152, 6912, 64, pk});
     }
+  // Prefill at gemma-3-1b's pp512 shapes (packed only): q/k/v, o, gate (one of two), down.
+  for (int64_t n_k : {1536 * 10000 + 1152, 1152 * 10000 + 1024, 6912 * 10000 + 1152, 1152 * 10000 + 6912})
+    b->Args({0, n_k / 10000, n_k % 10000, 512, 1});
 }
 BENCHMARK(BM_PackedMatmul)->Apply(PackedArgs)->UseRealTime();
 

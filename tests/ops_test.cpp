@@ -124,6 +124,55 @@ TEST(RmsNorm, MatchesDoubleReference) {
   }
 }
 
+// The parallel path (>= 65536 elements: tasks of 16 rows, four rows' sums side by side) gives
+// each row exactly the serial f32 definition: ss += x·x in index order, inv = 1/sqrt(ss/n + eps),
+// y = (x·inv)·(w + offset); at every thread count, row counts that are no multiple of 4 or 16,
+// and in place.
+TEST(RmsNorm, ParallelRowsEqualTheSerialDefinitionBitForBit) {
+  for (int64_t n : {1152, 2049}) {
+    const int64_t rows = 61;
+    const std::vector<float> x = randn(rows * n, static_cast<uint32_t>(n + 7));
+    TestWeight w = make_weight(1, n, eg::DType::BF16, static_cast<uint32_t>(n + 8));
+    std::vector<float> want(rows * n);
+    for (int64_t r = 0; r < rows; ++r) {
+      float ss = 0.0f;
+      for (int64_t i = 0; i < n; ++i) ss += x[r * n + i] * x[r * n + i];
+      const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + 1e-6f);
+      for (int64_t i = 0; i < n; ++i) want[r * n + i] = (x[r * n + i] * inv) * (w.exact[i] + 1.0f);
+    }
+    for (int threads : {1, 2, 3}) {
+      eg::cpu::set_num_threads(threads);
+      std::vector<float> y(rows * n), inplace = x;
+      eg::ops::rmsnorm(x.data(), rows, n, w.bytes.data(), eg::DType::BF16, 1.0f, 1e-6f, y.data());
+      eg::ops::rmsnorm(inplace.data(), rows, n, w.bytes.data(), eg::DType::BF16, 1.0f, 1e-6f, inplace.data());
+      for (int64_t i = 0; i < rows * n; ++i) {
+        ASSERT_EQ(y[i], want[i]) << "n " << n << " threads " << threads << " row " << i / n;
+        ASSERT_EQ(inplace[i], want[i]) << "n " << n << " threads " << threads << " row " << i / n;
+      }
+    }
+  }
+  eg::cpu::set_num_threads(0);
+}
+
+// RoPE over many positions (the parallel path) equals RoPE applied one position at a time.
+TEST(Rope, ParallelPositionsEqualOnePositionAtATime) {
+  const int64_t T = 75, heads = 4, hd = 256;
+  std::vector<float> inv(hd / 2);
+  eg::ops::rope_inv_freq(10000.0f, hd, 1.0f, inv.data());
+  const std::vector<float> x = randn(T * heads * hd, 99);
+  std::vector<int32_t> pos(T);
+  for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(3 * t + 1);
+  std::vector<float> want = x;
+  for (int64_t t = 0; t < T; ++t) eg::ops::rope(want.data() + t * heads * hd, 1, heads, hd, hd, &pos[t], inv.data());
+  for (int threads : {1, 2, 3}) {
+    eg::cpu::set_num_threads(threads);
+    std::vector<float> y = x;
+    eg::ops::rope(y.data(), T, heads, hd, hd, pos.data(), inv.data());
+    for (int64_t i = 0; i < T * heads * hd; ++i) ASSERT_EQ(y[i], want[i]) << "threads " << threads << " at " << i;
+  }
+  eg::cpu::set_num_threads(0);
+}
+
 TEST(Rope, MatchesDoubleReferenceHalfSplit) {
   const int64_t T = 3, heads = 2, hd = 10;
   for (int64_t rot : {10, 4}) {
@@ -263,6 +312,26 @@ TEST(Kernels, Dot4EqualsDotBitwise) {
 
 // accumulate_pv against the scalar definition (o = o + p·v per key in order, the product rounded
 // on its own) bit for bit, against float64 within rounding, and split over two calls.
+// dot4_rows (attention's q·K, two rows per pass) gives every score dot()'s bits times the scale:
+// odd and even row counts, D with and without a vector remainder and a scalar tail.
+TEST(Kernels, Dot4RowsEqualsDotBitwise) {
+  for (size_t D : {1u, 15u, 16u, 17u, 31u, 32u, 33u, 256u, 301u}) {
+    for (int64_t nk : {1, 2, 3, 5, 64}) {
+      const uint32_t seed = static_cast<uint32_t>(D * 17 + nk);
+      const std::vector<float> X = randn(4 * D, seed), K = randn(static_cast<size_t>(nk) * D, seed + 1);
+      std::vector<float> S(4 * nk, -1.0f);
+      const float* xs[4] = {X.data(), X.data() + D, X.data() + 2 * D, X.data() + 3 * D};
+      float* outs[4] = {S.data(), S.data() + nk, S.data() + 2 * nk, S.data() + 3 * nk};
+      const float scale = 0.0625f * 1.1f;
+      eg::cpu::dot4_rows(xs, K.data(), D, nk, scale, outs);
+      for (int j = 0; j < 4; ++j)
+        for (int64_t k = 0; k < nk; ++k)
+          ASSERT_EQ(S[j * nk + k], eg::cpu::dot(xs[j], K.data() + k * D, eg::DType::F32, D) * scale)
+              << "D " << D << " nk " << nk << " j " << j << " k " << k;
+    }
+  }
+}
+
 TEST(Kernels, AccumulatePvEqualsScalarLoopInKeyOrder) {
   for (size_t D : {1u, 15u, 16u, 17u, 63u, 64u, 65u, 256u, 301u}) {
     for (int m = 1; m <= 9; m += (m < 5 ? 1 : 4)) {

@@ -167,6 +167,75 @@ TEST(PackedKernels, MatmulPackedEqualsUnpackedAtAnyTAndThreadCount) {
   }
 }
 
+// A packed task of more than 48 M MACs (64 rows × T × K) splits its tokens into chunks of a
+// multiple of 8 (ops/matmul.cpp): here 64 × 203 × 4096 → chunks of 104 and 99 tokens, and a row
+// range of 16 rows after the first 64. The results stay those of the unpacked weight bit for bit.
+TEST(PackedKernels, MatmulTokenChunksOfLongTasksAreBitIdentical) {
+  for (DType t : kTypes) {
+    if (!eg::cpu::packed_available(t)) GTEST_SKIP() << "no packed kernel on this machine";
+    const int64_t N = 80, K = 4096;
+    const auto q = quantized(t, N, K, 33);
+    const auto p = packed_copy(t, q, N, K);
+    eg::ops::Weight plain{q.data(), t, N, K};
+    eg::ops::Weight packed = plain;
+    packed.packed = p.data();
+    for (int64_t T : {200, 203}) {
+      const auto x = randn(static_cast<size_t>(T * K), 50 + static_cast<uint32_t>(T), 1.0f);
+      std::vector<float> y0(T * N), y1(T * N);
+      eg::ops::matmul(x.data(), T, plain, y0.data());
+      for (int threads : {1, 2, 3}) {
+        eg::cpu::set_num_threads(threads);
+        std::fill(y1.begin(), y1.end(), -1.0f);
+        eg::ops::matmul(x.data(), T, packed, y1.data());
+        ASSERT_EQ(std::memcmp(y0.data(), y1.data(), y0.size() * sizeof(float)), 0)
+            << eg::dtype_name(t) << " T " << T << " threads " << threads;
+      }
+      eg::cpu::set_num_threads(0);
+    }
+  }
+}
+
+// matmul_gelu_mul (the MLP's down projection: each GeGLU row formed and quantized at once) equals
+// gelu_tanh_mul into a buffer then matmul, bit for bit: packed and unpacked Q4_0 / Q8_0, a K-quant
+// (its own activation type), F32 (the fallback), several T and thread counts.
+TEST(PackedKernels, MatmulGeluMulEqualsGeluThenMatmul) {
+  const int64_t N = 48, K = 512;
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q4_K, DType::F32}) {
+    std::vector<uint8_t> q;
+    if (t == DType::F32) {
+      const auto w = randn(static_cast<size_t>(N * K), 61, 0.05f);
+      q.resize(w.size() * sizeof(float));
+      std::memcpy(q.data(), w.data(), q.size());
+    } else {
+      q = quantized(t, N, K, 61);
+    }
+    std::vector<uint8_t> p;
+    eg::ops::Weight W{q.data(), t, N, K};
+    for (bool pk : {false, true}) {
+      if (pk && !(eg::cpu::packable(t, N, K) && eg::cpu::packed_available(t))) continue;
+      if (pk) {
+        p = packed_copy(t, q, N, K);
+        W.packed = p.data();
+      }
+      for (int64_t T : {1, 5, 37}) {
+        const auto gate = randn(static_cast<size_t>(T * K), 70 + static_cast<uint32_t>(T), 1.0f);
+        const auto up = randn(static_cast<size_t>(T * K), 80 + static_cast<uint32_t>(T), 1.0f);
+        std::vector<float> prod(gate.size()), want(T * N);
+        eg::ops::gelu_tanh_mul(gate.data(), up.data(), T * K, prod.data());
+        eg::ops::matmul(prod.data(), T, W, want.data());
+        for (int threads : {1, 2, 3}) {
+          eg::cpu::set_num_threads(threads);
+          std::vector<float> g = gate, y(T * N, -1.0f);
+          eg::ops::matmul_gelu_mul(g.data(), up.data(), T, W, y.data());
+          ASSERT_EQ(std::memcmp(y.data(), want.data(), y.size() * sizeof(float)), 0)
+              << eg::dtype_name(t) << (pk ? " packed" : "") << " T " << T << " threads " << threads;
+        }
+        eg::cpu::set_num_threads(0);
+      }
+    }
+  }
+}
+
 TEST(PackedKernels, ShapesWithoutALayoutAreRefused) {
   EXPECT_FALSE(eg::cpu::packable(DType::Q4_0, 20, 64));   // rows not a multiple of 16
   EXPECT_FALSE(eg::cpu::packable(DType::Q4_K, 16, 256));  // no layout for the type

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -54,6 +55,15 @@ void check_view(const int32_t* pos, int64_t T, const KVLayerView& kv, const ops:
                   " are not in the cache (recycled or never written)");
 }
 
+// n floats of a thread's scratch v starting on a 64-byte boundary, so that full-width vector loads
+// of rows whose length is a multiple of 16 floats never straddle two cache lines (a split load costs
+// about twice as much: the q·K and p·V kernels load every operand from these buffers).
+float* aligned_scratch(std::vector<float>& v, size_t n) {
+  if (v.size() < n + 16) v.resize(n + 16);
+  const auto a = reinterpret_cast<uintptr_t>(v.data());
+  return v.data() + (64 - a % 64) % 64 / sizeof(float);
+}
+
 // One query row of a group: its vector, output, and the keys first .. last it sees.
 struct QueryRef {
   const float* q;
@@ -80,15 +90,19 @@ void attend_group(const QueryRef* qs, int nq, int64_t kvh, const KVLayerView& kv
   // the chunk with its rows in L1; four visible queries share a key's loads (dot4 is bit-identical
   // to dot), so every score is the one serial dot of kernels.h.
   constexpr int64_t kKeyChunk = 64;
-  thread_local std::vector<float> krows;
-  if (krows.size() < static_cast<size_t>(kKeyChunk * D)) krows.resize(static_cast<size_t>(kKeyChunk * D));
+  thread_local std::vector<float> kbuf, qbuf;
+  float* const krows = aligned_scratch(kbuf, static_cast<size_t>(kKeyChunk * D));
+  // The queries, copied once per group into aligned rows (exact copies: the same scores).
+  const int64_t Dq = (D + 15) / 16 * 16;
+  float* const qrows = aligned_scratch(qbuf, static_cast<size_t>(nq * Dq));
+  for (int i = 0; i < nq; ++i) std::memcpy(qrows + i * Dq, qs[i].q, static_cast<size_t>(D) * sizeof(float));
   const DType kt = kv.type == KVType::F16 ? DType::F16 : DType::BF16;
   for (int64_t c0 = lo; c0 <= hi; c0 += kKeyChunk) {
     const int64_t c1 = std::min(hi + 1, c0 + kKeyChunk);
     for (int64_t kp = c0; kp < c1; ++kp) {
       const uint8_t* page = kv.pages[kp / P];
       const size_t row = static_cast<size_t>((kp % P) * KVH + kvh);
-      float* dst = krows.data() + (kp - c0) * D;
+      float* dst = krows + (kp - c0) * D;
       if (kv.type == KVType::F16 || kv.type == KVType::BF16) {
         cpu::to_f32(page + kv.k_off + row * D * 2, kt, static_cast<size_t>(D), dst);
       } else {
@@ -99,9 +113,27 @@ void attend_group(const QueryRef* qs, int nq, int64_t kvh, const KVLayerView& kv
     for (int i0 = 0; i0 < nq; i0 += 4) {
       const int n4 = std::min(4, nq - i0);
       const float* xs[4];
-      for (int j = 0; j < n4; ++j) xs[j] = qs[i0 + j].q;
+      for (int j = 0; j < n4; ++j) xs[j] = qrows + (i0 + j) * Dq;
+      // Keys all four see ([f, l] within the chunk): two rows per pass (dot4_rows); the rest
+      // one key at a time. Both give each score the serial dot's bits.
+      int64_t f = c1, l = c1 - 1;
+      if (n4 == 4) {
+        f = c0, l = c1 - 1;
+        for (int j = 0; j < 4; ++j) {
+          f = std::max(f, qs[i0 + j].first);
+          l = std::min(l, qs[i0 + j].last);
+        }
+        if (f <= l) {
+          float* outs[4];
+          for (int j = 0; j < 4; ++j) outs[j] = scores.data() + (i0 + j) * span + (f - lo);
+          cpu::dot4_rows(xs, krows + (f - c0) * D, static_cast<size_t>(D), l - f + 1, p.scale, outs);
+        } else {
+          f = c1, l = c1 - 1;
+        }
+      }
       for (int64_t kp = c0; kp < c1; ++kp) {
-        const float* kr = krows.data() + (kp - c0) * D;
+        if (kp >= f && kp <= l) continue;
+        const float* kr = krows + (kp - c0) * D;
         bool all = n4 == 4;
         for (int j = 0; j < n4 && all; ++j) all = kp >= qs[i0 + j].first && kp <= qs[i0 + j].last;
         if (all) {
@@ -127,14 +159,14 @@ void attend_group(const QueryRef* qs, int nq, int64_t kvh, const KVLayerView& kv
   // p·V by chunks of keys: each chunk's V rows converted once, then every run of up to 4 queries
   // with the same key range (the heads of one position) accumulates over the chunk in registers.
   // Per query and element the sums are still in key order from 0 (kernels.h accumulate_pv).
-  thread_local std::vector<float> vrows;
-  if (vrows.size() < static_cast<size_t>(kKeyChunk * D)) vrows.resize(static_cast<size_t>(kKeyChunk * D));
+  thread_local std::vector<float> vbuf;
+  float* const vrows = aligned_scratch(vbuf, static_cast<size_t>(kKeyChunk * D));
   for (int64_t c0 = lo; c0 <= hi; c0 += kKeyChunk) {
     const int64_t c1 = std::min(hi + 1, c0 + kKeyChunk);
     for (int64_t kp = c0; kp < c1; ++kp) {
       const uint8_t* page = kv.pages[kp / P];
       const size_t row = static_cast<size_t>((kp % P) * KVH + kvh);
-      float* dst = vrows.data() + (kp - c0) * D;
+      float* dst = vrows + (kp - c0) * D;
       const float* vr = row_f32(kv, page, kv.v_off, kv.vs_off, row, dst);
       if (vr != dst) std::memcpy(dst, vr, static_cast<size_t>(D) * sizeof(float));
     }
@@ -149,7 +181,7 @@ void attend_group(const QueryRef* qs, int nq, int64_t kvh, const KVLayerView& kv
           outs[q - i] = qs[q].out;
           ps[q - i] = scores.data() + q * span + (r0 - lo);
         }
-        cpu::accumulate_pv(outs, ps, j - i, vrows.data() + (r0 - c0) * D, r1 - r0 + 1, static_cast<size_t>(D));
+        cpu::accumulate_pv(outs, ps, j - i, vrows + (r0 - c0) * D, r1 - r0 + 1, static_cast<size_t>(D));
       }
       i = j;
     }

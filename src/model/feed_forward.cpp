@@ -20,8 +20,7 @@ void mlp(int T, const ops::Weight& gate, const ops::Weight& up, const ops::Weigh
   grow(g, static_cast<size_t>(T) * I);
   grow(u, static_cast<size_t>(T) * I);
   ops::matmul_fused(h, T, {{&gate, g.data()}, {&up, u.data()}});  // one dispatch
-  ops::gelu_tanh_mul(g.data(), u.data(), T * I, g.data());
-  ops::matmul(g.data(), T, down, y);
+  ops::matmul_gelu_mul(g.data(), u.data(), T, down, y);  // the product is quantized row by row
 }
 
 // MoE(r) for every token: router on the un-normed residual, softmax over all experts, top-K,

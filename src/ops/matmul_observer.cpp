@@ -13,6 +13,8 @@ void set_matmul_observer(MatmulObserver observer, void* user) {
   g_user = user;
 }
 
+bool matmul_observer_set() { return g_observer != nullptr; }
+
 void notify_matmul_observer(const Weight& W, const float* x, int64_t T) {
   if (g_observer) g_observer(W, x, T, g_user);
 }

@@ -14,6 +14,42 @@ namespace eg::ops {
 
 // matmul: src/ops/matmul.cpp
 
+namespace {
+
+// Work (elements) below which an element-wise or row-wise op stays on the calling thread.
+constexpr int64_t kParallelMin = 65536;
+
+// RMSNorm of rows [r0, r1). Each row's sum of squares is one serial chain in index order
+// (ss += x·x, product and sum rounded separately: -ffp-contract=off); four rows advance their
+// chains side by side (independent, so the adds overlap), which changes nothing in any row's value.
+void rmsnorm_rows(const float* x, int64_t r0, int64_t r1, int64_t n, const float* wf, float eps, float* y) {
+  constexpr int kR = 4;
+  for (int64_t r = r0; r < r1; r += kR) {
+    const int m = static_cast<int>(std::min<int64_t>(kR, r1 - r));
+    float ss[kR] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const float* xr[kR];
+    for (int j = 0; j < kR; ++j) xr[j] = x + (r + std::min(j, m - 1)) * n;
+    if (m == kR) {
+      for (int64_t i = 0; i < n; ++i)
+        for (int j = 0; j < kR; ++j) ss[j] += xr[j][i] * xr[j][i];
+    } else {
+      for (int j = 0; j < m; ++j)
+        for (int64_t i = 0; i < n; ++i) ss[j] += xr[j][i] * xr[j][i];
+    }
+    for (int j = 0; j < m; ++j) {
+      const float inv = 1.0f / std::sqrt(ss[j] / static_cast<float>(n) + eps);
+      float* yr = y + (r + j) * n;
+      if (wf) {
+        for (int64_t i = 0; i < n; ++i) yr[i] = (xr[j][i] * inv) * wf[i];
+      } else {
+        for (int64_t i = 0; i < n; ++i) yr[i] = xr[j][i] * inv;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 void rmsnorm(const float* x, int64_t rows, int64_t n, const void* w, DType wtype, float w_offset,
              float eps, float* y) {
   std::vector<float> wf;
@@ -22,18 +58,12 @@ void rmsnorm(const float* x, int64_t rows, int64_t n, const void* w, DType wtype
     cpu::to_f32(w, wtype, static_cast<size_t>(n), wf.data());
     for (auto& v : wf) v += w_offset;
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * n;
-    float* yr = y + r * n;
-    float ss = 0.0f;
-    for (int64_t i = 0; i < n; ++i) ss += xr[i] * xr[i];
-    const float inv = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
-    if (w) {
-      for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] * inv) * wf[i];
-    } else {
-      for (int64_t i = 0; i < n; ++i) yr[i] = xr[i] * inv;
-    }
-  }
+  // Rows are independent: tasks of 16 rows (prefill norms are 512 × 1152 and more).
+  constexpr int64_t kTaskRows = 16;
+  const float* wp = w ? wf.data() : nullptr;
+  cpu::parallel_for((rows + kTaskRows - 1) / kTaskRows, [&](int64_t task, int) {
+    rmsnorm_rows(x, task * kTaskRows, std::min(rows, (task + 1) * kTaskRows), n, wp, eps, y);
+  }, rows * n >= kParallelMin ? 0 : 1);
 }
 
 void rope_inv_freq(float theta, int64_t dim, float linear_factor, float* inv_freq) {
@@ -46,23 +76,29 @@ void rope_inv_freq(float theta, int64_t dim, float linear_factor, float* inv_fre
 void rope(float* x, int64_t T, int64_t heads, int64_t head_dim, int64_t rot_dims,
           const int32_t* pos, const float* inv_freq) {
   const int64_t half = rot_dims / 2;
-  std::vector<float> c(static_cast<size_t>(half)), s(static_cast<size_t>(half));
-  for (int64_t t = 0; t < T; ++t) {
-    const float p = static_cast<float>(pos[t]);
-    for (int64_t i = 0; i < half; ++i) {
-      const float a = p * inv_freq[i];
-      c[i] = std::cos(a);
-      s[i] = std::sin(a);
-    }
-    for (int64_t h = 0; h < heads; ++h) {
-      float* xh = x + (t * heads + h) * head_dim;
+  // Positions are independent: tasks of 16 positions (each computes its own angles).
+  constexpr int64_t kTaskRows = 16;
+  cpu::parallel_for((T + kTaskRows - 1) / kTaskRows, [&](int64_t task, int) {
+    thread_local std::vector<float> c, s;
+    c.resize(static_cast<size_t>(half));
+    s.resize(static_cast<size_t>(half));
+    for (int64_t t = task * kTaskRows; t < std::min(T, (task + 1) * kTaskRows); ++t) {
+      const float p = static_cast<float>(pos[t]);
       for (int64_t i = 0; i < half; ++i) {
-        const float x1 = xh[i], x2 = xh[i + half];
-        xh[i] = x1 * c[i] - x2 * s[i];
-        xh[i + half] = x2 * c[i] + x1 * s[i];
+        const float a = p * inv_freq[i];
+        c[i] = std::cos(a);
+        s[i] = std::sin(a);
+      }
+      for (int64_t h = 0; h < heads; ++h) {
+        float* xh = x + (t * heads + h) * head_dim;
+        for (int64_t i = 0; i < half; ++i) {
+          const float x1 = xh[i], x2 = xh[i + half];
+          xh[i] = x1 * c[i] - x2 * s[i];
+          xh[i + half] = x2 * c[i] + x1 * s[i];
+        }
       }
     }
-  }
+  }, T * heads * head_dim >= kParallelMin ? 0 : 1);
 }
 
 void softcap(float* x, int64_t n, float cap) { cpu::softcap(x, static_cast<size_t>(n), cap); }
@@ -121,7 +157,10 @@ void attention(const float* q, int64_t T, const int32_t* pos, const float* k, co
 }
 
 void add_inplace(float* dst, const float* src, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) dst[i] += src[i];
+  constexpr int64_t kChunk = 16384;  // element-wise: any split gives the same values
+  cpu::parallel_for((n + kChunk - 1) / kChunk, [&](int64_t c, int) {
+    for (int64_t i = c * kChunk, end = std::min(n, i + kChunk); i < end; ++i) dst[i] += src[i];
+  }, n >= kParallelMin ? 0 : 1);
 }
 
 }  // namespace eg::ops

@@ -45,6 +45,13 @@ struct MatmulOut {
 };
 void matmul_fused(const float* x, int64_t T, std::initializer_list<MatmulOut> outs);
 
+/// The MLP's down projection of the GeGLU product: y = (gelu_tanh(gate) ⊙ up)·Wᵀ, bit-identical to
+/// gelu_tanh_mul(gate, up, T·K, gate) followed by matmul(gate, T, W, y). gate, up: [T, K], K ==
+/// W.cols; gate is scratch (it holds the product afterwards, or is left as it was). For a
+/// block-quantized W (and no matmul observer set), each row of the product is formed in a
+/// thread's buffer and quantized at once, so the [T, K] f32 product is never written to memory.
+void matmul_gelu_mul(float* gate, const float* up, int64_t T, const Weight& W, float* y);
+
 /// Calibration hook (AWQ, src/quant/awq.h): when set, every matmul call first calls
 /// observer(W, x, T, user) with its weight and its input activations x [T, W.cols] (f32), from the
 /// calling thread, before computing. For calibration only: it is one global, not thread-safe by
@@ -54,6 +61,8 @@ using MatmulObserver = void (*)(const Weight& W, const float* x, int64_t T, void
 void set_matmul_observer(MatmulObserver observer, void* user);
 /// Calls the observer if one is set (used by matmul).
 void notify_matmul_observer(const Weight& W, const float* x, int64_t T);
+/// True while an observer is set.
+bool matmul_observer_set();
 
 /// RMSNorm over rows of length n: y = x · rsqrt(mean(x²) + eps) · (w_offset + w), all in f32.
 /// w: [n] of type wtype, or nullptr for the scale-less form (Gemma 4 v_norm).

@@ -128,16 +128,170 @@ void Dot4(const float* const* x, const void* w, DType t, size_t n, float* out) {
   }
 }
 
-// One query at a time, 4 vectors of D per pass held in registers over all keys, then single
-// vectors, then scalars. (Named vectors, not arrays: SVE vectors cannot be array elements.)
+// Pins a loaded vector in a register: GCC otherwise folds each use of a loaded value into its own
+// memory operand (one load per use), and q·K is bound by loads (measured: 20 loads per 16 FMAs).
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+#define EG_IN_REG(v) asm("" : "+v"((v).raw))
+#else
+#define EG_IN_REG(v) (void)0
+#endif
+
+// Four queries against nk consecutive f32 rows (row stride D), two rows per pass: 16 accumulators
+// (query × row × even/odd chunk), so each loaded chunk of a query feeds two rows and each chunk of
+// a row four queries. Every score is Dot4T's (= DotT's) arithmetic for its pair, then × scale.
+void Dot4Rows(const float* const* x, const float* HWY_RESTRICT rows, size_t D, int64_t nk, float scale,
+              float* const* out) {
+  int64_t k = 0;
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3  // 16 vector registers: one row per pass (Dot4T)
+  for (; k < nk; ++k) {
+    float o[4];
+    Dot4T(x, rows + static_cast<size_t>(k) * D, D, o);
+    for (int j = 0; j < 4; ++j) out[j][k] = o[j] * scale;
+  }
+  return;
+#endif
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const float* HWY_RESTRICT x0 = x[0];
+  const float* HWY_RESTRICT x1 = x[1];
+  const float* HWY_RESTRICT x2 = x[2];
+  const float* HWY_RESTRICT x3 = x[3];
+  for (; k + 2 <= nk; k += 2) {
+    const float* HWY_RESTRICT w0 = rows + static_cast<size_t>(k) * D;
+    const float* HWY_RESTRICT w1 = w0 + D;
+    auto a00 = hn::Zero(df), a01 = hn::Zero(df), b00 = hn::Zero(df), b01 = hn::Zero(df);
+    auto a10 = hn::Zero(df), a11 = hn::Zero(df), b10 = hn::Zero(df), b11 = hn::Zero(df);
+    auto a20 = hn::Zero(df), a21 = hn::Zero(df), b20 = hn::Zero(df), b21 = hn::Zero(df);
+    auto a30 = hn::Zero(df), a31 = hn::Zero(df), b30 = hn::Zero(df), b31 = hn::Zero(df);
+    size_t i = 0;
+    for (; i + 2 * N <= D; i += 2 * N) {
+      auto u0 = hn::LoadU(df, w0 + i), u1 = hn::LoadU(df, w0 + i + N);
+      auto v0 = hn::LoadU(df, w1 + i), v1 = hn::LoadU(df, w1 + i + N);
+      EG_IN_REG(u0);
+      EG_IN_REG(u1);
+      EG_IN_REG(v0);
+      EG_IN_REG(v1);
+      auto q0 = hn::LoadU(df, x0 + i), q1 = hn::LoadU(df, x0 + i + N);
+      EG_IN_REG(q0);
+      EG_IN_REG(q1);
+      a00 = hn::MulAdd(q0, u0, a00), a01 = hn::MulAdd(q1, u1, a01);
+      b00 = hn::MulAdd(q0, v0, b00), b01 = hn::MulAdd(q1, v1, b01);
+      q0 = hn::LoadU(df, x1 + i), q1 = hn::LoadU(df, x1 + i + N);
+      EG_IN_REG(q0);
+      EG_IN_REG(q1);
+      a10 = hn::MulAdd(q0, u0, a10), a11 = hn::MulAdd(q1, u1, a11);
+      b10 = hn::MulAdd(q0, v0, b10), b11 = hn::MulAdd(q1, v1, b11);
+      q0 = hn::LoadU(df, x2 + i), q1 = hn::LoadU(df, x2 + i + N);
+      EG_IN_REG(q0);
+      EG_IN_REG(q1);
+      a20 = hn::MulAdd(q0, u0, a20), a21 = hn::MulAdd(q1, u1, a21);
+      b20 = hn::MulAdd(q0, v0, b20), b21 = hn::MulAdd(q1, v1, b21);
+      q0 = hn::LoadU(df, x3 + i), q1 = hn::LoadU(df, x3 + i + N);
+      EG_IN_REG(q0);
+      EG_IN_REG(q1);
+      a30 = hn::MulAdd(q0, u0, a30), a31 = hn::MulAdd(q1, u1, a31);
+      b30 = hn::MulAdd(q0, v0, b30), b31 = hn::MulAdd(q1, v1, b31);
+    }
+    if (i + N <= D) {
+      const auto u0 = hn::LoadU(df, w0 + i), v0 = hn::LoadU(df, w1 + i);
+      auto q0 = hn::LoadU(df, x0 + i);
+      a00 = hn::MulAdd(q0, u0, a00), b00 = hn::MulAdd(q0, v0, b00);
+      q0 = hn::LoadU(df, x1 + i);
+      a10 = hn::MulAdd(q0, u0, a10), b10 = hn::MulAdd(q0, v0, b10);
+      q0 = hn::LoadU(df, x2 + i);
+      a20 = hn::MulAdd(q0, u0, a20), b20 = hn::MulAdd(q0, v0, b20);
+      q0 = hn::LoadU(df, x3 + i);
+      a30 = hn::MulAdd(q0, u0, a30), b30 = hn::MulAdd(q0, v0, b30);
+      i += N;
+    }
+    float s[8] = {hn::GetLane(hn::SumOfLanes(df, hn::Add(a00, a01))), hn::GetLane(hn::SumOfLanes(df, hn::Add(a10, a11))),
+                  hn::GetLane(hn::SumOfLanes(df, hn::Add(a20, a21))), hn::GetLane(hn::SumOfLanes(df, hn::Add(a30, a31))),
+                  hn::GetLane(hn::SumOfLanes(df, hn::Add(b00, b01))), hn::GetLane(hn::SumOfLanes(df, hn::Add(b10, b11))),
+                  hn::GetLane(hn::SumOfLanes(df, hn::Add(b20, b21))), hn::GetLane(hn::SumOfLanes(df, hn::Add(b30, b31)))};
+    for (; i < D; ++i)
+      for (int j = 0; j < 4; ++j) {
+        s[j] += x[j][i] * w0[i];
+        s[4 + j] += x[j][i] * w1[i];
+      }
+    for (int j = 0; j < 4; ++j) {
+      out[j][k] = s[j] * scale;
+      out[j][k + 1] = s[4 + j] * scale;
+    }
+  }
+  if (k < nk) {
+    float o[4];
+    Dot4T(x, rows + static_cast<size_t>(k) * D, D, o);
+    for (int j = 0; j < 4; ++j) out[j][k] = o[j] * scale;
+  }
+}
+
+// (Named vectors, not arrays, below: SVE vectors cannot be array elements.)
+// Four queries, 4 vectors of D each per pass (16 accumulators): each loaded vector of V feeds the
+// four queries. Columns [0, return value) are done.
+size_t AccumulatePV4(float* const* outs, const float* const* ps, const float* HWY_RESTRICT V, int64_t nk, size_t D) {
+#if HWY_ARCH_X86 && HWY_TARGET > HWY_AVX3  // 16 vector registers: the one-query passes below
+  return 0;
+#endif
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  float* HWY_RESTRICT o0 = outs[0];
+  float* HWY_RESTRICT o1 = outs[1];
+  float* HWY_RESTRICT o2 = outs[2];
+  float* HWY_RESTRICT o3 = outs[3];
+  const float* HWY_RESTRICT p0 = ps[0];
+  const float* HWY_RESTRICT p1 = ps[1];
+  const float* HWY_RESTRICT p2 = ps[2];
+  const float* HWY_RESTRICT p3 = ps[3];
+  size_t d = 0;
+  for (; d + 4 * N <= D; d += 4 * N) {
+    auto a00 = hn::LoadU(df, o0 + d), a01 = hn::LoadU(df, o0 + d + N);
+    auto a02 = hn::LoadU(df, o0 + d + 2 * N), a03 = hn::LoadU(df, o0 + d + 3 * N);
+    auto a10 = hn::LoadU(df, o1 + d), a11 = hn::LoadU(df, o1 + d + N);
+    auto a12 = hn::LoadU(df, o1 + d + 2 * N), a13 = hn::LoadU(df, o1 + d + 3 * N);
+    auto a20 = hn::LoadU(df, o2 + d), a21 = hn::LoadU(df, o2 + d + N);
+    auto a22 = hn::LoadU(df, o2 + d + 2 * N), a23 = hn::LoadU(df, o2 + d + 3 * N);
+    auto a30 = hn::LoadU(df, o3 + d), a31 = hn::LoadU(df, o3 + d + N);
+    auto a32 = hn::LoadU(df, o3 + d + 2 * N), a33 = hn::LoadU(df, o3 + d + 3 * N);
+    for (int64_t k = 0; k < nk; ++k) {
+      const float* HWY_RESTRICT row = V + static_cast<size_t>(k) * D + d;
+      const auto v0 = hn::LoadU(df, row), v1 = hn::LoadU(df, row + N);
+      const auto v2 = hn::LoadU(df, row + 2 * N), v3 = hn::LoadU(df, row + 3 * N);
+      auto p = hn::Set(df, p0[k]);
+      a00 = hn::Add(a00, hn::Mul(p, v0)), a01 = hn::Add(a01, hn::Mul(p, v1));
+      a02 = hn::Add(a02, hn::Mul(p, v2)), a03 = hn::Add(a03, hn::Mul(p, v3));
+      p = hn::Set(df, p1[k]);
+      a10 = hn::Add(a10, hn::Mul(p, v0)), a11 = hn::Add(a11, hn::Mul(p, v1));
+      a12 = hn::Add(a12, hn::Mul(p, v2)), a13 = hn::Add(a13, hn::Mul(p, v3));
+      p = hn::Set(df, p2[k]);
+      a20 = hn::Add(a20, hn::Mul(p, v0)), a21 = hn::Add(a21, hn::Mul(p, v1));
+      a22 = hn::Add(a22, hn::Mul(p, v2)), a23 = hn::Add(a23, hn::Mul(p, v3));
+      p = hn::Set(df, p3[k]);
+      a30 = hn::Add(a30, hn::Mul(p, v0)), a31 = hn::Add(a31, hn::Mul(p, v1));
+      a32 = hn::Add(a32, hn::Mul(p, v2)), a33 = hn::Add(a33, hn::Mul(p, v3));
+    }
+    hn::StoreU(a00, df, o0 + d), hn::StoreU(a01, df, o0 + d + N);
+    hn::StoreU(a02, df, o0 + d + 2 * N), hn::StoreU(a03, df, o0 + d + 3 * N);
+    hn::StoreU(a10, df, o1 + d), hn::StoreU(a11, df, o1 + d + N);
+    hn::StoreU(a12, df, o1 + d + 2 * N), hn::StoreU(a13, df, o1 + d + 3 * N);
+    hn::StoreU(a20, df, o2 + d), hn::StoreU(a21, df, o2 + d + N);
+    hn::StoreU(a22, df, o2 + d + 2 * N), hn::StoreU(a23, df, o2 + d + 3 * N);
+    hn::StoreU(a30, df, o3 + d), hn::StoreU(a31, df, o3 + d + N);
+    hn::StoreU(a32, df, o3 + d + 2 * N), hn::StoreU(a33, df, o3 + d + 3 * N);
+  }
+  return d;
+}
+
+// One query at a time for what the four-query pass left (other m, the columns past its last
+// multiple of 4 vectors): 4 vectors of D per pass, then single vectors, then scalars.
 void AccumulatePV(float* const* outs, const float* const* ps, int m, const float* HWY_RESTRICT V, int64_t nk,
                   size_t D) {
   const DF df;
   const size_t N = hn::Lanes(df);
+  const size_t d0 = m == 4 ? AccumulatePV4(outs, ps, V, nk, D) : 0;
   for (int j = 0; j < m; ++j) {
     float* HWY_RESTRICT o = outs[j];
     const float* HWY_RESTRICT pj = ps[j];
-    size_t d = 0;
+    size_t d = d0;
     for (; d + 4 * N <= D; d += 4 * N) {
       auto a0 = hn::LoadU(df, o + d), a1 = hn::LoadU(df, o + d + N);
       auto a2 = hn::LoadU(df, o + d + 2 * N), a3 = hn::LoadU(df, o + d + 3 * N);
@@ -199,6 +353,7 @@ HWY_AFTER_NAMESPACE();
 namespace eg::cpu {
 HWY_EXPORT(Dot);
 HWY_EXPORT(Dot4);
+HWY_EXPORT(Dot4Rows);
 HWY_EXPORT(ToF32);
 HWY_EXPORT(AccumulatePV);
 HWY_EXPORT(TargetName);
@@ -208,6 +363,9 @@ float dot(const float* x, const void* w, DType wtype, size_t n) {
 }
 void dot4(const float* const x[4], const void* w, DType wtype, size_t n, float out[4]) {
   HWY_DYNAMIC_DISPATCH(Dot4)(x, w, wtype, n, out);
+}
+void dot4_rows(const float* const x[4], const float* rows, size_t D, int64_t nk, float scale, float* const out[4]) {
+  HWY_DYNAMIC_DISPATCH(Dot4Rows)(x, rows, D, nk, scale, out);
 }
 void accumulate_pv(float* const* outs, const float* const* ps, int m, const float* V, int64_t nk, size_t D) {
   HWY_DYNAMIC_DISPATCH(AccumulatePV)(outs, ps, m, V, nk, D);

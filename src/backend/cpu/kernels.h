@@ -21,6 +21,11 @@ float dot(const float* x, const void* w, DType wtype, size_t n);
 /// to dot(x[j], w, wtype, n). Loads and converts `w` once.
 void dot4(const float* const x[4], const void* w, DType wtype, size_t n, float out[4]);
 
+/// Attention's q·K for four queries over nk consecutive f32 rows (row stride D):
+/// out[j][k] = dot(x[j], rows + k·D, F32, D) · scale for j < 4, k < nk, each dot bit-identical to
+/// dot() (so to dot4()); two rows per pass share the loads of the queries.
+void dot4_rows(const float* const x[4], const float* rows, size_t D, int64_t nk, float scale, float* const out[4]);
+
 /// Attention's p·V for m queries over the same nk keys: for j < m, d < D,
 ///   outs[j][d] = outs[j][d] + ps[j][0]·V[0][d], then + ps[j][1]·V[1][d], ... in key order,
 /// each product rounded to f32 before its sum (exactly the scalar `o += p * v` under
