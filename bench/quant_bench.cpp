@@ -34,6 +34,8 @@ std::vector<uint8_t> make_weights(DType t, int64_t N, int64_t K) {
         const uint16_t b = eg::f32_to_bf16(row[k]);
         std::memcpy(w.data() + n * rb + 2 * k, &b, 2);
       }
+    } else if (t == DType::F32) {
+      std::memcpy(w.data() + n * rb, row.data(), rb);
     } else if (n < 64) {  // quantizing every row is slow; repeat the first 64 rows
       eg::quant::quantize_row(t, row.data(), K, w.data() + n * rb);
     } else {
@@ -82,7 +84,8 @@ BENCHMARK(BM_QuantMatmul)->Apply(QuantArgs)->UseRealTime();
 // The packed (interleaved) layouts against the row layout, same weights (backend/cpu/packed.h).
 // Args: 0 = Q4_0 / 1 = Q8_0, N, K, T, packed (0/1). N = 262144 is gemma-3's LM head (memory-bound).
 void BM_PackedMatmul(benchmark::State& st) {
-  const DType t = st.range(0) == 0 ? DType::Q4_0 : DType::Q8_0;
+  const DType types[] = {DType::Q4_0, DType::Q8_0, DType::Q6_K, DType::F32};
+  const DType t = types[st.range(0)];
   const int64_t N = st.range(1), K = st.range(2), T = st.range(3);
   const bool use_packed = st.range(4) != 0;
   if (use_packed && !eg::cpu::packed_available(t)) {
@@ -123,6 +126,14 @@ void PackedArgs(benchmark::internal::Benchmark* b) {
   // Prefill at gemma-3-1b's pp512 shapes (packed only): q/k/v, o, gate (one of two), down.
   for (int64_t n_k : {1536 * 10000 + 1152, 1152 * 10000 + 1024, 6912 * 10000 + 1152, 1152 * 10000 + 6912})
     b->Args({0, n_k / 10000, n_k % 10000, 512, 1});
+  for (int pk = 0; pk < 2; ++pk) {  // gemma-4-e2b: the Q6_K LM head, the F32 per-layer projection
+    b->Args({2, 262144, 1536, 1, pk});
+    b->Args({2, 256, 1536, 1, pk});  // in L2: the kernel's compute rate
+    b->Args({0, 256, 1536, 1, pk});
+    b->Args({0, 262144, 1536, 1, pk});
+    b->Args({3, 8960, 1536, 1, pk});
+    b->Args({3, 8960, 1536, 64, pk});
+  }
 }
 BENCHMARK(BM_PackedMatmul)->Apply(PackedArgs)->UseRealTime();
 

@@ -246,7 +246,7 @@ TEST(PackedKernels, ShapesWithoutALayoutAreRefused) {
   std::vector<uint8_t> p16(eg::cpu::packed_bytes(DType::Q8_0, 16, 64)), row(eg::dtype_row_bytes(DType::Q8_0, 64));
   EXPECT_THROW(eg::cpu::unpack_row(DType::Q8_0, p16.data(), 16, 64, 16, row.data()), eg::Error);
   EXPECT_THROW(eg::cpu::unpack_row(DType::Q8_0, p16.data(), 16, 64, -1, row.data()), eg::Error);
-  EXPECT_THROW(eg::cpu::unpack_row(DType::Q6_K, p16.data(), 16, 256, 0, row.data()), eg::Error);
+  EXPECT_THROW(eg::cpu::unpack_row(DType::Q4_K, p16.data(), 16, 256, 0, row.data()), eg::Error);
 }
 
 // F16 / BF16 packed weights: the machine kernel equals the scalar fma-chain reference bit for
@@ -317,6 +317,8 @@ TEST(PackedKernels, ModelLogitsArePackedInvariant) {
     const bool any_packed = packed->model().weights().layers[0].q.packed != nullptr;
     EXPECT_EQ(any_packed, eg::cpu::packed_available(packed->model().weights().layers[0].q.dtype)) << name;
     EXPECT_EQ(plain->model().weights().layers[0].q.packed, nullptr);
+    const eg::ops::Weight& head = packed->model().weights().embed;  // Q6_K in the Q4_0 file
+    if (head.dtype == DType::Q6_K) EXPECT_EQ(head.packed != nullptr, eg::cpu::packed_by_default(DType::Q6_K)) << name;
     const std::vector<int32_t> ids = packed->encode_prompt("It is a truth universally acknowledged", false);
     std::vector<float> la, lb;
     for (auto* lm : {packed.get(), plain.get()}) {

@@ -1,8 +1,8 @@
 // Model::repack_for_cpu (model.h): packed copies of the matmul weights for the CPU kernels.
 //
-// Each eligible weight (backend/cpu/packed.h: rows % 16 == 0, Q4_0 or Q8_0, a machine with the
-// kernel) is packed into its own 64-byte aligned buffer, group by group on the thread pool, and
-// then the pages of the mapped file it came from are released (MappedFile::release_pages), one
+// Each eligible weight (backend/cpu/packed.h: rows % 16 == 0; Q4_0, Q8_0, F16, BF16 or F32, and
+// Q6_K only with EDGEGEMMA_REPACK_Q6K=1; a machine with the kernel: packed_by_default) is packed
+// into its own 64-byte aligned buffer, group by group on the thread pool, and then the pages of the mapped file it came from are released (MappedFile::release_pages), one
 // tensor at a time, so the peak resident memory is the model plus one tensor, not twice the
 // model. Weight::data keeps pointing into the mapping: row lookups (the tied embedding) and other
 // backends read the original bytes, which the kernel page-faults back in if needed.
@@ -20,7 +20,7 @@ namespace {
 
 size_t pack_one(ops::Weight& w, std::vector<std::shared_ptr<uint8_t>>& buffers) {
   if (w.data == nullptr || w.packed != nullptr) return 0;
-  if (!cpu::packable(w.dtype, w.rows, w.cols) || !cpu::packed_available(w.dtype)) return 0;
+  if (!cpu::packable(w.dtype, w.rows, w.cols) || !cpu::packed_by_default(w.dtype)) return 0;
   const size_t bytes = cpu::packed_bytes(w.dtype, w.rows, w.cols);
   const size_t alloc = (bytes + 63) / 64 * 64;
   auto* mem = static_cast<uint8_t*>(std::aligned_alloc(64, alloc));

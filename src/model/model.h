@@ -60,9 +60,12 @@ class Model {
   const ModelWeights& weights() const { return w_; }
 
   /// Gives every matmul weight that has an interleaved CPU layout on this machine
-  /// (backend/cpu/packed.h: Q4_0, Q8_0 with AVX-512 VNNI) its packed copy, and releases the
-  /// mapped pages it came from, so resident memory does not grow (model/cpu_repack.cpp).
-  /// Idempotent; results are bit-identical before and after. Returns the bytes packed.
+  /// (backend/cpu/packed.h: Q4_0, Q8_0 with AVX-512 VNNI, Q6_K too with EDGEGEMMA_REPACK_Q6K=1;
+  /// F16, BF16, F32 with AVX-512F)
+  /// its packed copy, and releases the mapped pages it came from, so resident memory does not
+  /// grow (model/cpu_repack.cpp). Idempotent; block-quantized results are bit-identical before
+  /// and after, float weights change only in f32 dot-product rounding (packed.h). Returns the
+  /// bytes packed.
   size_t repack_for_cpu();
 
   /// Runs T tokens at positions kv.n_past() .. kv.n_past()+T-1 (one batched pass: matrix-matrix

@@ -19,6 +19,14 @@ void packed_gemm_avx512(DType t, const void* packed, int64_t K, int64_t n0, int6
 bool packed_float_avx512_supported();
 void packed_gemm_float_avx512(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1, const float* x,
                               int64_t T, float* y, int64_t ldy);
+// Q6_Kx16 (packed_q6k.cpp, packed_q6k_avx512.cpp).
+size_t q6k_column_bytes();
+void pack_groups_q6k(const void* src, int64_t cols, int64_t g0, int64_t g1, void* dst);
+void unpack_row_q6k(const void* packed, int64_t cols, int64_t n, void* out_row);
+void packed_gemm_q6k_reference(const void* packed, int64_t K, int64_t n0, int64_t n1, const void* acts,
+                               size_t a_row_bytes, int64_t T, float* y, int64_t ldy);
+void packed_gemm_q6k_avx512(const void* packed, int64_t K, int64_t n0, int64_t n1, const void* acts,
+                            size_t a_row_bytes, int64_t T, float* y, int64_t ldy);
 
 namespace {
 
@@ -29,15 +37,23 @@ size_t column_bytes(DType t) {  // bytes of one block column of a 16-row group
   return t == DType::Q4_0 ? kPackRows * sizeof(BlockQ4_0) : kPackRows * sizeof(BlockQ8_0);
 }
 
-bool is_float_layout(DType t) { return t == DType::F16 || t == DType::BF16; }
-bool has_layout(DType t) { return t == DType::Q4_0 || t == DType::Q8_0 || is_float_layout(t); }
+bool is_float_layout(DType t) { return t == DType::F16 || t == DType::BF16 || t == DType::F32; }
+bool has_layout(DType t) {
+  return t == DType::Q4_0 || t == DType::Q8_0 || t == DType::Q6_K || is_float_layout(t);
+}
+size_t float_elem_bytes(DType t) { return t == DType::F32 ? 4 : 2; }
 
-float half_to_f32(DType t, uint16_t h) {
+// Element i of a float layout (F16, BF16 or F32 values), exactly converted to f32.
+float float_at(DType t, const void* base, size_t i) {
+  if (t == DType::F32) {
+    float f;
+    std::memcpy(&f, static_cast<const uint8_t*>(base) + 4 * i, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, static_cast<const uint8_t*>(base) + 2 * i, 2);
   if (t == DType::F16) return f16_to_f32(h);
-  uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+  return bf16_to_f32(h);
 }
 
 bool repack_enabled() {
@@ -72,7 +88,8 @@ uint16_t scale_at(const uint8_t* col, int r) {
 }  // namespace
 
 bool packable(DType t, int64_t rows, int64_t cols) {
-  return has_layout(t) && rows > 0 && rows % kPackRows == 0 && cols > 0 && cols % 32 == 0;
+  const int64_t block = t == DType::Q6_K ? 256 : 32;
+  return has_layout(t) && rows > 0 && rows % kPackRows == 0 && cols > 0 && cols % block == 0;
 }
 
 bool packed_available(DType t) {
@@ -83,9 +100,20 @@ bool packed_available(DType t) {
   return is_float_layout(t) ? machine_float : machine;
 }
 
+bool packed_by_default(DType t) {
+  if (!packed_available(t)) return false;
+  if (t != DType::Q6_K) return true;
+  static const bool q6k = [] {
+    const char* e = std::getenv("EDGEGEMMA_REPACK_Q6K");
+    return e != nullptr && std::strcmp(e, "1") == 0;
+  }();
+  return q6k;
+}
+
 size_t packed_bytes(DType t, int64_t rows, int64_t cols) {
   if (!has_layout(t)) return 0;
-  if (is_float_layout(t)) return static_cast<size_t>(rows) * static_cast<size_t>(cols) * 2;
+  if (is_float_layout(t)) return static_cast<size_t>(rows) * static_cast<size_t>(cols) * float_elem_bytes(t);
+  if (t == DType::Q6_K) return static_cast<size_t>(rows / kPackRows) * static_cast<size_t>(cols / 256) * q6k_column_bytes();
   return static_cast<size_t>(rows / kPackRows) * static_cast<size_t>(cols / 32) * column_bytes(t);
 }
 
@@ -96,14 +124,19 @@ void pack_groups(DType t, const void* src, int64_t rows, int64_t cols, int64_t g
   const int64_t nb = cols / 32;
   const size_t row_bytes = dtype_row_bytes(t, cols);
   const auto* s = static_cast<const uint8_t*>(src);
-  if (is_float_layout(t)) {  // [group][k][16 rows] of 2-byte values
-    auto* d = static_cast<uint16_t*>(dst);
+  if (is_float_layout(t)) {  // [group][k][16 rows] of 2- or 4-byte values
+    const size_t e = float_elem_bytes(t);
+    auto* d = static_cast<uint8_t*>(dst);
     for (int64_t g = g0; g < g1; ++g)
       for (int r = 0; r < kPackRows; ++r) {
-        const auto* row = reinterpret_cast<const uint16_t*>(s + static_cast<size_t>(g * kPackRows + r) * row_bytes);
-        uint16_t* out = d + static_cast<size_t>(g) * cols * kPackRows + r;
-        for (int64_t k = 0; k < cols; ++k) out[k * kPackRows] = row[k];
+        const uint8_t* row = s + static_cast<size_t>(g * kPackRows + r) * row_bytes;
+        uint8_t* out = d + (static_cast<size_t>(g) * cols * kPackRows + r) * e;
+        for (int64_t k = 0; k < cols; ++k) std::memcpy(out + static_cast<size_t>(k) * kPackRows * e, row + k * e, e);
       }
+    return;
+  }
+  if (t == DType::Q6_K) {
+    pack_groups_q6k(src, cols, g0, g1, dst);
     return;
   }
   for (int64_t g = g0; g < g1; ++g) {
@@ -135,9 +168,14 @@ void unpack_row(DType t, const void* packed, int64_t rows, int64_t cols, int64_t
   const int64_t nb = cols / 32, g = n / kPackRows;
   const int r = static_cast<int>(n % kPackRows);
   if (is_float_layout(t)) {
-    const auto* in = static_cast<const uint16_t*>(packed) + static_cast<size_t>(g) * cols * kPackRows + r;
-    auto* out = static_cast<uint16_t*>(out_row);
-    for (int64_t k = 0; k < cols; ++k) out[k] = in[k * kPackRows];
+    const size_t e = float_elem_bytes(t);
+    const auto* in = static_cast<const uint8_t*>(packed) + (static_cast<size_t>(g) * cols * kPackRows + r) * e;
+    auto* out = static_cast<uint8_t*>(out_row);
+    for (int64_t k = 0; k < cols; ++k) std::memcpy(out + k * e, in + static_cast<size_t>(k) * kPackRows * e, e);
+    return;
+  }
+  if (t == DType::Q6_K) {
+    unpack_row_q6k(packed, cols, n, out_row);
     return;
   }
   for (int64_t b = 0; b < nb; ++b) {
@@ -157,6 +195,10 @@ void unpack_row(DType t, const void* packed, int64_t rows, int64_t cols, int64_t
 
 void packed_gemm_reference(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1, const void* acts,
                            size_t a_row_bytes, int64_t T, float* y, int64_t ldy) {
+  if (t == DType::Q6_K) {
+    packed_gemm_q6k_reference(packed, K, n0, n1, acts, a_row_bytes, T, y, ldy);
+    return;
+  }
   const int64_t nb = K / 32;
   for (int64_t t_ = 0; t_ < T; ++t_) {
     const auto* a = reinterpret_cast<const ActQ8*>(static_cast<const uint8_t*>(acts) + t_ * a_row_bytes);
@@ -177,12 +219,12 @@ void packed_gemm_reference(DType t, const void* packed, int64_t K, int64_t n0, i
 
 void packed_gemm_float_reference(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1, const float* x,
                                  int64_t T, float* y, int64_t ldy) {
-  const auto* w = static_cast<const uint16_t*>(packed);
   for (int64_t t_ = 0; t_ < T; ++t_)
     for (int64_t n = n0; n < n1; ++n) {
-      const uint16_t* col = w + static_cast<size_t>(n / kPackRows) * K * kPackRows + n % kPackRows;
+      const size_t col = static_cast<size_t>(n / kPackRows) * K * kPackRows + n % kPackRows;
       float acc = 0.0f;
-      for (int64_t k = 0; k < K; ++k) acc = std::fma(half_to_f32(t, col[k * kPackRows]), x[t_ * K + k], acc);
+      for (int64_t k = 0; k < K; ++k)
+        acc = std::fma(float_at(t, packed, col + static_cast<size_t>(k) * kPackRows), x[t_ * K + k], acc);
       y[t_ * ldy + n] = acc;
     }
 }
@@ -194,6 +236,10 @@ void packed_gemm_float(DType t, const void* packed, int64_t K, int64_t n0, int64
 
 void packed_gemm(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1, const void* acts,
                  size_t a_row_bytes, int64_t T, float* y, int64_t ldy) {
+  if (t == DType::Q6_K) {
+    packed_gemm_q6k_avx512(packed, K, n0, n1, acts, a_row_bytes, T, y, ldy);
+    return;
+  }
   packed_gemm_avx512(t, packed, K, n0, n1, acts, a_row_bytes, T, y, ldy);
 }
 

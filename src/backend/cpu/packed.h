@@ -16,14 +16,22 @@
 //   Q8_0x16: per group, per block b: 16 × f16 scales (32 bytes), then 8 chunks of 64 bytes;
 //            chunk j holds, for row r, bytes 4r..4r+3 = q(r, 4j+i) + 128 (as u8; q the int8 code).
 //            544 bytes = 16 × sizeof(BlockQ8_0).
-//   F16x16 / BF16x16: per group, per column k: the 16 rows' values (32 bytes), k = 0 .. K-1.
-// Group g starts at byte g · (K/32) · (bytes per block column) (float layouts: g · K · 32).
+//   Q6_Kx16: per group, per 256-block b: 3360 bytes = 16 × sizeof(BlockQ6_K): 16 f16 d, the 16
+//            rows' 16 sub-block scales, then the 6-bit codes as 32 low-nibble and 16 high-bit
+//            vectors of 64 bytes, 4 elements of each row per vector (packed_q6k.cpp has the bytes).
+//            Needs cols % 256 == 0.
+//   F16x16 / BF16x16 / F32x16: per group, per column k: the 16 rows' values (32 bytes; F32: 64
+//            bytes), k = 0 .. K-1.
+// Group g starts at byte g · (K/32) · (bytes per block column) (Q6_K: g · (K/256) · 3360; float
+// layouts: g · K · 16 · element bytes).
 //
 // Arithmetic (identical to the row kernels in quant_kernels.cpp, so a packed and an unpacked
 // weight give bit-identical results): per block, the exact int32 sum Σ q_w·q_x (with the −8·Σq_x
 // or −128·Σq_x offset applied in integers), then acc = fma(d_w·d_x, float(isum), acc) over the
-// blocks in order, starting from 0.
-// Float layouts (F16x16, BF16x16) multiply the f32 activations by the exactly converted weights
+// blocks in order, starting from 0. Q6_K: per 256-block the exact integer
+// Σ_s scale_s·(Σ q_w·q_x − 32·bsum_s) over the 16 sub-blocks, then acc = acc + (d_w·d_x)·float(is)
+// (separately rounded product and sum, as the Q6_K row kernel).
+// Float layouts (F16x16, BF16x16, F32x16) multiply the f32 activations by the exactly converted weights
 // with one fma chain per output over k = 0 .. K-1 in order (acc = fma(w_k, x_k, acc) from 0); this
 // differs in rounding from the unpacked dot (kernels.h, two vector accumulators), so a float
 // weight's results are the same for every T, batching and thread count, packed or not, but a
@@ -40,8 +48,14 @@ namespace eg::cpu {
 constexpr int64_t kPackRows = 16;  // rows per interleaved group
 
 /// True when weights of type t have a packed layout and this machine has its kernel
-/// (AVX-512 VNNI today; EDGEGEMMA_REPACK=0 in the environment turns packing off).
+/// (block types: AVX-512 VNNI; float types: AVX-512F; EDGEGEMMA_REPACK=0 in the environment
+/// turns packing off).
 bool packed_available(DType t);
+
+/// True when Model::repack_for_cpu packs weights of type t: packed_available(t), and for Q6_K
+/// only when EDGEGEMMA_REPACK_Q6K=1 (its kernel is exact but measured no faster than the row
+/// kernel on the development VM: docs/performance.md, 2026-12-02).
+bool packed_by_default(DType t);
 
 /// True when a [rows, cols] weight of type t can be packed (rows % 16 == 0, cols % 32 == 0,
 /// a type with a layout above); does not look at the machine.
@@ -60,12 +74,13 @@ void pack_groups(DType t, const void* src, int64_t rows, int64_t cols, int64_t g
 void unpack_row(DType t, const void* packed, int64_t rows, int64_t cols, int64_t n, void* out_row);
 
 /// y[t·ldy + n] = dot(row n, activation row t) for n in [n0, n1) (multiples of 16), t in [0, T).
-/// acts: T rows of ActQ8 (a_row_bytes apart, K/32 blocks each). Bit-identical to qgemm on the
-/// unpacked weight. Only call when packed_available(t).
+/// acts: T rows of ActQ8 (a_row_bytes apart, K/32 blocks each; Q6_K: Q8_K rows of K/256 blocks,
+/// i.e. quantize_act_row's rows for t). Bit-identical to qgemm on the unpacked weight. Only call
+/// when packed_available(t).
 void packed_gemm(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1, const void* acts,
                  size_t a_row_bytes, int64_t T, float* y, int64_t ldy);
 
-/// F16/BF16 packed weights: y[t·ldy + n] = Σ_k w[n,k]·x[t·K + k] (f32 x [T, K]) for n in [n0, n1)
+/// F16/BF16/F32 packed weights: y[t·ldy + n] = Σ_k w[n,k]·x[t·K + k] (f32 x [T, K]) for n in [n0, n1)
 /// (multiples of 16), in the fma order above. Only call when packed_available(t).
 void packed_gemm_float(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1, const float* x,
                        int64_t T, float* y, int64_t ldy);

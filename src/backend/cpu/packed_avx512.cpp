@@ -1,5 +1,5 @@
 // AVX-512 VNNI kernels for the packed Q4_0x16 / Q8_0x16 layouts, and AVX-512F kernels for the
-// F16x16 / BF16x16 layouts (packed.h).
+// F16x16 / BF16x16 / F32x16 layouts (packed.h). Q6_Kx16: packed_q6k_avx512.cpp.
 //
 // One zmm lane per weight row: a 64-byte load of a packed chunk gives 4 codes of each of 16 rows,
 // `vpdpbusd` multiplies them (u8) by 4 activation codes (s8, one broadcast dword) and adds into
@@ -159,54 +159,63 @@ void gemm(const void* packed, int64_t K, int64_t n0, int64_t n1, const void* act
   }
 }
 
-// ---- F16x16 / BF16x16 (packed.h): one fma chain per output over k in order ----
+// ---- F16x16 / BF16x16 / F32x16 (packed.h): one fma chain per output over k in order ----
 
 #define EG_AVX512F __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 
-template <bool kBF16>
-EG_AVX512F inline __m512 load_col(const uint16_t* p) {  // the 16 rows' weights of one column k
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  if constexpr (kBF16) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+enum Kind { kF16, kBF16, kF32 };
+template <int kKind>
+constexpr size_t kElem = kKind == kF32 ? 4 : 2;
+
+template <int kKind>
+EG_AVX512F inline __m512 load_col(const uint8_t* p) {  // the 16 rows' weights of one column k
+  if constexpr (kKind == kF32) {
+    return _mm512_loadu_ps(p);
   } else {
-    return _mm512_cvtph_ps(h);
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    if constexpr (kKind == kBF16) {
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    } else {
+      return _mm512_cvtph_ps(h);
+    }
   }
 }
 
 // Prefill: one group × C tokens (C ≤ 8): acc[c] = fma(w_k, x[c][k], acc[c]) for k = 0 .. K-1.
-template <bool kBF16, int C>
-EG_AVX512F void float_tile_tokens(const uint16_t* P, int64_t K, const float* const* x, float* const* y) {
+template <int kKind, int C>
+EG_AVX512F void float_tile_tokens(const uint8_t* P, int64_t K, const float* const* x, float* const* y) {
   __m512 acc[C];
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
   for (int64_t k = 0; k < K; ++k) {
-    const __m512 w = load_col<kBF16>(P + k * kPackRows);
+    const __m512 w = load_col<kKind>(P + static_cast<size_t>(k) * kPackRows * kElem<kKind>);
     for (int c = 0; c < C; ++c) acc[c] = _mm512_fmadd_ps(w, _mm512_set1_ps(x[c][k]), acc[c]);
   }
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(y[c], acc[c]);
 }
 
-// Decode: G groups (group stride gs elements) × 1 token.
-template <bool kBF16, int G>
-EG_AVX512F void float_tile_groups(const uint16_t* P, size_t gs, int64_t K, const float* x, float* y) {
+// Decode: G groups (group stride gs bytes) × 1 token.
+template <int kKind, int G>
+EG_AVX512F void float_tile_groups(const uint8_t* P, size_t gs, int64_t K, const float* x, float* y) {
   __m512 acc[G];
   for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
   for (int64_t k = 0; k < K; ++k) {
     const __m512 xv = _mm512_set1_ps(x[k]);
-    for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(load_col<kBF16>(P + g * gs + k * kPackRows), xv, acc[g]);
+    const uint8_t* pk = P + static_cast<size_t>(k) * kPackRows * kElem<kKind>;
+    for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(load_col<kKind>(pk + g * gs), xv, acc[g]);
   }
   for (int g = 0; g < G; ++g) _mm512_storeu_ps(y + 16 * g, acc[g]);
 }
 
-template <bool kBF16>
+template <int kKind>
 void float_gemm(const void* packed, int64_t K, int64_t n0, int64_t n1, const float* x, int64_t T, float* y,
                 int64_t ldy) {
-  const size_t gs = static_cast<size_t>(K) * kPackRows;  // elements per 16-row group
-  const auto* base = static_cast<const uint16_t*>(packed);
+  const size_t gs = static_cast<size_t>(K) * kPackRows * kElem<kKind>;  // bytes per 16-row group
+  const auto* base = static_cast<const uint8_t*>(packed);
   const int64_t g0 = n0 / kPackRows, g1 = n1 / kPackRows;
   if (T == 1) {
     int64_t g = g0;
-    for (; g + 4 <= g1; g += 4) float_tile_groups<kBF16, 4>(base + g * gs, gs, K, x, y + g * kPackRows);
-    for (; g < g1; ++g) float_tile_groups<kBF16, 1>(base + g * gs, gs, K, x, y + g * kPackRows);
+    for (; g + 4 <= g1; g += 4) float_tile_groups<kKind, 4>(base + g * gs, gs, K, x, y + g * kPackRows);
+    for (; g < g1; ++g) float_tile_groups<kKind, 1>(base + g * gs, gs, K, x, y + g * kPackRows);
     return;
   }
   constexpr int64_t kTok = 8;
@@ -217,16 +226,16 @@ void float_gemm(const void* packed, int64_t K, int64_t n0, int64_t n1, const flo
     for (int64_t g = g0; g < g1; ++g) {
       float* yr[kTok];
       for (int c = 0; c < C; ++c) yr[c] = y + (t0 + c) * ldy + g * kPackRows;
-      const uint16_t* P = base + g * gs;
+      const uint8_t* P = base + g * gs;
       switch (C) {
-        case 8: float_tile_tokens<kBF16, 8>(P, K, xr, yr); break;
-        case 7: float_tile_tokens<kBF16, 7>(P, K, xr, yr); break;
-        case 6: float_tile_tokens<kBF16, 6>(P, K, xr, yr); break;
-        case 5: float_tile_tokens<kBF16, 5>(P, K, xr, yr); break;
-        case 4: float_tile_tokens<kBF16, 4>(P, K, xr, yr); break;
-        case 3: float_tile_tokens<kBF16, 3>(P, K, xr, yr); break;
-        case 2: float_tile_tokens<kBF16, 2>(P, K, xr, yr); break;
-        default: float_tile_tokens<kBF16, 1>(P, K, xr, yr); break;
+        case 8: float_tile_tokens<kKind, 8>(P, K, xr, yr); break;
+        case 7: float_tile_tokens<kKind, 7>(P, K, xr, yr); break;
+        case 6: float_tile_tokens<kKind, 6>(P, K, xr, yr); break;
+        case 5: float_tile_tokens<kKind, 5>(P, K, xr, yr); break;
+        case 4: float_tile_tokens<kKind, 4>(P, K, xr, yr); break;
+        case 3: float_tile_tokens<kKind, 3>(P, K, xr, yr); break;
+        case 2: float_tile_tokens<kKind, 2>(P, K, xr, yr); break;
+        default: float_tile_tokens<kKind, 1>(P, K, xr, yr); break;
       }
     }
   }
@@ -243,9 +252,11 @@ bool packed_float_avx512_supported() {
 void packed_gemm_float_avx512(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1, const float* x,
                               int64_t T, float* y, int64_t ldy) {
   if (t == DType::BF16) {
-    float_gemm<true>(packed, K, n0, n1, x, T, y, ldy);
+    float_gemm<kBF16>(packed, K, n0, n1, x, T, y, ldy);
+  } else if (t == DType::F32) {
+    float_gemm<kF32>(packed, K, n0, n1, x, T, y, ldy);
   } else {
-    float_gemm<false>(packed, K, n0, n1, x, T, y, ldy);
+    float_gemm<kF16>(packed, K, n0, n1, x, T, y, ldy);
   }
 }
 
