@@ -7,7 +7,7 @@
 // shared machine than the wall clock).
 //
 // Model: $EG_BENCH_MODEL (a Hugging Face directory or a .gguf; default
-// ../shared/models/tiny-gemma3). For the numbers in docs/performance.md ("Batched decode"):
+// ../shared/models/tiny-gemma3). For the numbers in docs/performance-serving.md ("Batched decode"):
 //   build/edgegemma synth --like gemma-3-1b -o /tmp/g1b
 //   build/edgegemma quantize -m /tmp/g1b -o /tmp/g1b-q4_0.gguf --type q4_0
 //   EG_BENCH_MODEL=/tmp/g1b-q4_0.gguf build/bench/batch_bench

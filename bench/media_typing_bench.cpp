@@ -25,7 +25,7 @@
 // Usage: media_typing_bench [--tokens 40] [--cps 6] [--seconds 65] [--threads N] [--reps R]
 //                           [--images DIR]... [--audio DIR]...
 // Defaults: --images ../shared/models/tiny-gemma3-vision --images ../shared/models/tiny-gemma4-mm
-//           --audio ../shared/models/tiny-gemma4-mm. Prints Markdown tables (docs/performance.md,
+//           --audio ../shared/models/tiny-gemma4-mm. Prints Markdown tables (docs/performance-serving.md,
 //           "Media while typing and speaking").
 #include <algorithm>
 #include <chrono>

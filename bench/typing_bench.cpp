@@ -15,7 +15,7 @@
 // The question is English text from ../shared/data/corpus/valid.txt cut to --tokens tokens.
 //
 // Usage: typing_bench [--tokens 300] [--cps 6] [--threads N] [--reps R] MODEL_DIR...
-// Prints one Markdown table row per model (docs/performance.md, "Prefill while typing").
+// Prints one Markdown table row per model (docs/performance-serving.md, "Prefill while typing").
 // (A plain executable: its own main() replaces Google Benchmark's, which this folder links.)
 #include <algorithm>
 #include <chrono>

@@ -24,7 +24,7 @@ class Matcher {
   /// Sets logits[id] = -INFINITY for every id in [0, n_vocab) the grammar does not allow next
   /// (ids >= the tokenizer's vocabulary size are never allowed). End ids are allowed only when
   /// complete(); special tokens only where the grammar names them. Cost: see
-  /// docs/performance.md "Constrained decoding".
+  /// docs/performance-serving.md "Constrained decoding".
   void mask(float* logits, int n_vocab);
   /// The allowed set as a bitset (bit id%64 of word id/64), TokenVocab::size() bits.
   const std::vector<uint64_t>& allowed();
