@@ -52,27 +52,9 @@ void CudaExecutor::enqueue_step(CudaKV& st, CudaWorkspace& w, bool prof) const {
         matvec(s, d.v, h, act, qkv + qn + kn);
       }
     });
-    gpu::QKVHeadArgs qa;
-    qa.n_heads = cfg_.n_heads;
-    qa.n_kv_heads = lc.n_kv_heads;
-    qa.head_dim = lc.head_dim;
-    qa.rope_dims = lc.rope_dims;
-    qa.q_norm_dev = cfg_.qk_norm ? d.q_norm.as<const float>() : nullptr;
-    qa.k_norm_dev = cfg_.qk_norm ? d.k_norm.as<const float>() : nullptr;
-    qa.w_offset = off;
-    qa.eps = eps;
-    qa.inv_freq_dev = d.inv_freq.as<const float>();
-    qa.kv = st.elem;
+    const gpu::QKVHeadArgs qa = qkv_args(lc, d, st.elem);
     op(w, prof, 2, [&] { gpu::qkv_heads(s, qa, qkv, args, w.q.as<float>(), st.k[li].data(), st.v[li].data()); });
-    gpu::AttentionArgs aa;
-    aa.n_heads = cfg_.n_heads;
-    aa.n_kv_heads = lc.n_kv_heads;
-    aa.head_dim = lc.head_dim;
-    aa.scale = cfg_.query_scale;
-    aa.softcap = cfg_.attn_softcap;
-    aa.window = lc.type == LayerType::Sliding ? cfg_.sliding_window : 0;
-    aa.n_splits = n_splits;
-    aa.kv = st.elem;
+    const gpu::AttentionArgs aa = attn_args(lc, st.elem, n_splits);
     const bool o_quant = is_quantized(d.o.dtype);
     op(w, prof, 3, [&] {
       gpu::attention_decode(s, aa, w.q.as<const float>(), st.k[li].data(), st.v[li].data(), args,
