@@ -141,6 +141,9 @@ TEST(CudaExecutor, TinyGemma3Q8_0MatchesTheCpu) { check_model("tiny-gemma3", "ti
 TEST(CudaExecutor, TinyGemma3Q8_0MatchesTheCpuF32Kv) { check_model("tiny-gemma3", "tiny-gemma3-q8_0.gguf", KVType::F32); }
 TEST(CudaExecutor, TinyGemma2Q8_0MatchesTheCpu) { check_model("tiny-gemma2", "tiny-gemma2-q8_0.gguf", KVType::F16); }
 TEST(CudaExecutor, TinyGemma2Q8_0MatchesTheCpuBf16Kv) { check_model("tiny-gemma2", "tiny-gemma2-q8_0.gguf", KVType::BF16); }
+// Gemma 4: KV-shared layers, per-layer embeddings (f32 per_layer_model_projection), layer_scalar,
+// v_norm, plain-scale norms, proportional RoPE on the full layers (no K=V layer in tiny-gemma4).
+TEST(CudaExecutor, TinyGemma4Q8_0MatchesTheCpu) { check_model("tiny-gemma4", "tiny-gemma4-q8_0.gguf", KVType::F16); }
 // The step of separate kernels (EG_CUDA_FUSED=0, read when the executor is made), kept for comparisons.
 TEST(CudaExecutor, UnfusedStepMatchesTheCpu) {
   setenv("EG_CUDA_FUSED", "0", 1);

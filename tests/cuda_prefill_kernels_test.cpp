@@ -9,12 +9,23 @@
 //  - qk_rope_kv_rows, norm_rows, residual_norm_rows, gelu_mul_rows: the decode kernels
 //    (qkv_heads, rmsnorm, residual_norm, gelu_mul) run on each row are the reference, and the
 //    results are bit-identical (same formulas and summation order; 16-bit outputs rounded RNE).
+//  - Gemm with GemmType::F32 (f32 weights and inputs: Gemma 4's per_layer_model_projection):
+//    float64 Σ over the same f32 values; |Δ| ≤ 2e-6·Σ_k |w·x|. f32 products and accumulation
+//    stay far below (random rounding errors: ~2^-24/√K of Σ|w·x|, worst case ~log2(K)·2^-24 for a
+//    blocked sum); a TF32 path (10-bit mantissas: ~2^-11/√K, i.e. 1e-5 at K = 1536) fails, as it
+//    should: the CPU multiplies in f32. The worst ratio is printed.
+//  - Gemma 4 row kernels: qk_rope_kv_rows with v_norm / v_from_k / q_only and residual_norm_rows
+//    with scale != 1 and w_next null against qkv_heads / residual_norm per row (bit-identical, as
+//    above); q_only leaves the caches untouched and takes null caches; the V rows of v_from_k +
+//    v_norm also against the CPU (ops::rmsnorm without a weight of the raw k projection):
+//    |Δ| ≤ u·|ref| + 1.1e-5·R (u = 2^-11 f16, 2^-8 bf16; cuda_decode_kernels_test.cpp's bound).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cpu/kernels.h"
@@ -23,6 +34,7 @@
 #include "backend/cuda/prefill.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "ops/ops.h"
 #include "quant/quant.h"
 
 namespace eg {
@@ -139,6 +151,41 @@ TEST(CudaPrefillKernels, GemmMatchesFloat64) {
       std::printf("gemm %s N %lld K %lld T %d: worst |dy| / sum|w x| = %.2e\n", gt == gpu::GemmType::BF16 ? "bf16" : "f16",
                   static_cast<long long>(N), static_cast<long long>(K), T, worst);
     }
+  }
+}
+
+TEST(CudaPrefillKernels, GemmF32MatchesFloat64) {
+  SKIP_WITHOUT_GPU();
+  gpu::Stream s;
+  gpu::Gemm g(s);
+  // (N, K, T): small; gemma-4-e2b's per_layer_model_projection (L·P = 35·256, H = 1536) on a chunk
+  // of 7; e4b's (42·256, 2560) on 3; a long chunk.
+  for (const auto& [N, K, T] : {std::tuple<int64_t, int64_t, int>{40, 96, 1}, {8960, 1536, 7}, {10752, 2560, 3},
+                                {300, 256, 130}}) {
+    const std::vector<float> w = random_vec(static_cast<size_t>(N * K), 5, 0.02f);
+    const std::vector<float> x = random_vec(static_cast<size_t>(T * K), 6, 2.0f);
+    const int64_t ldy = N + 3;
+    gpu::DeviceBuffer dw = to_device(w), dx = to_device(x), dy(static_cast<size_t>(T * ldy) * 4);
+    dy.zero();
+    g.run(gpu::GemmType::F32, dw.data(), N, K, dx.data(), T, dy.as<float>(), ldy);
+    s.sync();
+    const std::vector<float> y = to_host<float>(dy, static_cast<size_t>(T * ldy));
+    double worst = 0.0;
+    for (int t = 0; t < T; ++t)
+      for (int64_t n = 0; n < N; ++n) {
+        double ref = 0.0, mag = 0.0;
+        for (int64_t k = 0; k < K; ++k) {
+          const double p = static_cast<double>(w[n * K + k]) * x[t * K + k];
+          ref += p;
+          mag += std::fabs(p);
+        }
+        worst = std::max(worst, std::fabs(y[t * ldy + n] - ref) / mag);
+        ASSERT_LE(std::fabs(y[t * ldy + n] - ref), 2e-6 * mag) << "N " << N << " K " << K << " t " << t << " n " << n;
+      }
+    for (int t = 0; t < T; ++t)
+      for (int64_t n = N; n < ldy; ++n) ASSERT_EQ(y[t * ldy + n], 0.0f) << "wrote past N";
+    std::printf("gemm f32 N %lld K %lld T %d: worst |dy| / sum|w x| = %.2e\n", static_cast<long long>(N),
+                static_cast<long long>(K), T, worst);
   }
 }
 
@@ -313,6 +360,149 @@ TEST(CudaPrefillKernels, RowKernelsMatchTheDecodeKernels) {
   }
 }
 
+// Gemma 4's norms are plain scales (w_offset 0): weights uniform in [0.9, 1.1).
+std::vector<float> around_one(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(0.9f, 1.1f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+struct G4RowCase {
+  int nh, nkv, hd, rope_pairs;
+  bool v_norm, v_from_k, q_only;
+  gpu::KVElem kv;
+};
+
+// The Gemma 4 flags of the row kernels against the decode kernels run per row (bit-identical).
+TEST(CudaPrefillKernels, Gemma4RowKernelsMatchTheDecodeKernels) {
+  SKIP_WITHOUT_GPU();
+  gpu::Stream s;
+  const int T = 5, pos0 = 9;
+  const float eps = 1e-6f, nan = std::nanf("");
+  constexpr uint8_t kSentinel = 0x5a;
+  const G4RowCase cases[] = {
+      {8, 1, 256, 128, true, false, false, gpu::KVElem::F16},   // gemma-4-e2b sliding layer
+      {4, 1, 512, 64, true, true, false, gpu::KVElem::BF16},    // K=V full layer, hd 512, proportional RoPE
+      {4, 2, 256, 128, false, true, false, gpu::KVElem::F16},   // v_from_k alone
+      {8, 1, 512, 64, true, false, true, gpu::KVElem::F16},     // KV-shared layer
+  };
+  for (const G4RowCase& c : cases) {
+    const int64_t wq = static_cast<int64_t>(c.nh + 2 * c.nkv) * c.hd, qn = static_cast<int64_t>(c.nh) * c.hd,
+                  kn = static_cast<int64_t>(c.nkv) * c.hd;
+    std::vector<float> qkv = random_vec(static_cast<size_t>(T * wq), 60 + c.hd, 2.0f);
+    for (int t = 0; t < T; ++t) {  // the slots the kernel must not read hold NaN; the row stride stays wq
+      float* r = qkv.data() + t * wq;
+      if (c.v_from_k || c.q_only) std::fill(r + qn + kn, r + wq, nan);
+      if (c.q_only) std::fill(r + qn, r + qn + kn, nan);
+    }
+    const std::vector<float> qnw = around_one(c.hd, 61), knw = around_one(c.hd, 62);
+    std::vector<float> inv(c.hd / 2);
+    for (int i = 0; i < c.hd / 2; ++i) inv[i] = i < c.rope_pairs ? std::pow(10000.0f, -2.0f * i / c.hd) : 0.0f;
+    gpu::DeviceBuffer dqkv = to_device(qkv), dqn = to_device(qnw), dkn = to_device(knw), dinv = to_device(inv);
+    gpu::QKVHeadArgs a;
+    a.n_heads = c.nh;
+    a.n_kv_heads = c.nkv;
+    a.head_dim = c.hd;
+    a.rope_dims = c.hd;
+    a.q_norm_dev = dqn.as<const float>();
+    a.k_norm_dev = dkn.as<const float>();
+    a.w_offset = 0.0f;
+    a.eps = eps;
+    a.inv_freq_dev = dinv.as<const float>();
+    a.kv = c.kv;
+    a.v_norm = c.v_norm;
+    a.v_from_k = c.v_from_k;
+    a.q_only = c.q_only;
+    const size_t kvn = static_cast<size_t>(pos0 + T) * kn;
+    const std::vector<uint8_t> fill(kvn * 2, kSentinel);
+    gpu::DeviceBuffer kc(kvn * 2), vc(kvn * 2), kc2(kvn * 2), vc2(kvn * 2), qo(static_cast<size_t>(T * qn) * 4),
+        qo2(static_cast<size_t>(qn) * 4), args(sizeof(gpu::StepArgs));
+    for (auto* b : {&kc, &vc, &kc2, &vc2}) b->upload(fill.data(), fill.size());
+    const std::string what = "hd " + std::to_string(c.hd) + (c.v_norm ? " v_norm" : "") + (c.v_from_k ? " v_from_k" : "") +
+                             (c.q_only ? " q_only" : "");
+    gpu::qk_rope_kv_rows(s, a, T, pos0, dqkv.as<const float>(), qo.as<float>(), kc.data(), vc.data());
+    s.sync();
+    const std::vector<float> q_rows = to_host<float>(qo, static_cast<size_t>(T * qn));
+    for (int t = 0; t < T; ++t) {
+      const gpu::StepArgs sa{0, pos0 + t};
+      args.upload(&sa, sizeof sa);
+      gpu::qkv_heads(s, a, dqkv.as<const float>() + t * wq, args.as<const gpu::StepArgs>(), qo2.as<float>(), kc2.data(),
+                     vc2.data());
+      s.sync();
+      const std::vector<float> q1 = to_host<float>(qo2, static_cast<size_t>(qn));
+      for (int64_t i = 0; i < qn; ++i) ASSERT_EQ(q_rows[t * qn + i], q1[i]) << "q row " << t << " at " << i << ", " << what;
+    }
+    const std::vector<uint16_t> k_rows = to_host<uint16_t>(kc, kvn), v_rows = to_host<uint16_t>(vc, kvn);
+    EXPECT_EQ(k_rows, to_host<uint16_t>(kc2, kvn)) << what;
+    EXPECT_EQ(v_rows, to_host<uint16_t>(vc2, kvn)) << what;
+    const uint16_t sent = static_cast<uint16_t>(kSentinel << 8 | kSentinel);
+    for (size_t i = 0; i < kvn; ++i) {
+      const bool written = !c.q_only && i >= static_cast<size_t>(pos0) * kn;  // rows pos0..pos0+T-1 only
+      if (!written) {
+        ASSERT_EQ(k_rows[i], sent) << "K element " << i << " written, " << what;
+        ASSERT_EQ(v_rows[i], sent) << "V element " << i << " written, " << what;
+      }
+    }
+    if (c.q_only) {  // no caches at all (a KV-shared layer owns none)
+      gpu::qk_rope_kv_rows(s, a, T, pos0, dqkv.as<const float>(), qo.as<float>(), nullptr, nullptr);
+      s.sync();
+      EXPECT_EQ(to_host<float>(qo, static_cast<size_t>(T * qn)), q_rows) << what;
+      continue;
+    }
+    // V against the CPU: the raw k (v_from_k) or v slot, scale-less rmsnorm when v_norm.
+    const gpu::GemmType rt = c.kv == gpu::KVElem::F16 ? gpu::GemmType::F16 : gpu::GemmType::BF16;
+    const float u = c.kv == gpu::KVElem::F16 ? 1.0f / 2048 : 1.0f / 256;
+    for (int t = 0; t < T; ++t) {
+      const float* r = qkv.data() + t * wq;
+      std::vector<float> v(r + qn + (c.v_from_k ? 0 : kn), r + qn + (c.v_from_k ? 0 : kn) + kn);
+      if (c.v_norm) ops::rmsnorm(v.data(), c.nkv, c.hd, nullptr, DType::F32, 0.0f, eps, v.data());
+      float R = 0.0f;
+      for (float x : v) R = std::max(R, std::fabs(x));
+      for (int64_t i = 0; i < kn; ++i) {
+        const float got = from16(v_rows[static_cast<size_t>(pos0 + t) * kn + i], rt);
+        if (c.v_norm) {
+          ASSERT_NEAR(got, v[i], u * std::fabs(v[i]) + 1.1e-5f * R) << "v row " << t << " at " << i << ", " << what;
+        } else {
+          ASSERT_EQ(v_rows[static_cast<size_t>(pos0 + t) * kn + i], round16(v[i], rt)) << "v row " << t << ", " << what;
+        }
+      }
+    }
+  }
+
+  // residual_norm_rows: layer_scalar (scale != 1) with and without the next norm.
+  const int64_t H = 1536;
+  const std::vector<float> x = random_vec(static_cast<size_t>(T * H), 71, 3.0f), proj = random_vec(static_cast<size_t>(T * H), 72);
+  const std::vector<float> w1 = around_one(H, 73), w2 = around_one(H, 74);
+  gpu::DeviceBuffer dp = to_device(proj), dw1 = to_device(w1), dw2 = to_device(w2);
+  for (gpu::GemmType gt : {gpu::GemmType::BF16, gpu::GemmType::F16}) {
+    for (const bool next : {true, false}) {
+      const float scale = next ? 0.8125f : 0.55f;
+      gpu::DeviceBuffer h16(static_cast<size_t>(T * H) * 2), xr = to_device(x), x1 = to_device(x), y1(static_cast<size_t>(H) * 4);
+      const float* wn = next ? dw2.as<const float>() : nullptr;
+      gpu::residual_norm_rows(s, T, H, xr.as<float>(), dp.as<const float>(), dw1.as<const float>(), wn, 0.0f, eps, gt,
+                              h16.data(), scale);
+      s.sync();
+      const std::vector<uint16_t> hr = to_host<uint16_t>(h16, static_cast<size_t>(T * H));
+      const std::vector<float> xrh = to_host<float>(xr, static_cast<size_t>(T * H));
+      for (int t = 0; t < T; ++t) {
+        gpu::residual_norm(s, H, x1.as<float>() + t * H, dp.as<const float>() + t * H, dw1.as<const float>(), wn, 0.0f, eps,
+                           y1.as<float>(), nullptr, scale);
+        s.sync();
+        const std::vector<float> y = to_host<float>(y1, static_cast<size_t>(H));
+        for (int64_t i = 0; i < H; ++i) {
+          ASSERT_EQ(hr[t * H + i], round16(y[i], gt)) << "residual_norm row " << t << " next " << next;
+          if (!next) {
+            ASSERT_EQ(hr[t * H + i], round16(xrh[t * H + i], gt)) << "h = x, row " << t;
+          }
+        }
+      }
+      EXPECT_EQ(xrh, to_host<float>(x1, static_cast<size_t>(T * H))) << "next " << next;
+    }
+  }
+}
+
 TEST(CudaPrefillKernels, BadShapesThrow) {
   SKIP_WITHOUT_GPU();
   gpu::Stream s;
@@ -326,6 +516,10 @@ TEST(CudaPrefillKernels, BadShapesThrow) {
   EXPECT_THROW(gpu::attention_prefill(s, a, 4, 0, nullptr, nullptr, nullptr, gpu::GemmType::BF16, nullptr), Error);
   gpu::Gemm g(s);
   EXPECT_THROW(g.run(gpu::GemmType::BF16, nullptr, 8, 8, nullptr, 4, nullptr, 4), Error);  // ldy < N
+  EXPECT_THROW(g.run(gpu::GemmType::F32, nullptr, 8, 8, nullptr, 4, nullptr, 4), Error);
+  // The 16-bit conversions do not take F32 (prefill.h).
+  EXPECT_THROW(gpu::residual_norm_rows(s, 2, 64, nullptr, nullptr, nullptr, nullptr, 0.0f, 1e-6f, gpu::GemmType::F32, nullptr),
+               Error);
 }
 
 }  // namespace

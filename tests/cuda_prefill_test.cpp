@@ -1,9 +1,11 @@
 // The CUDA executor's GEMM prefill (EG_CUDA_PREFILL=gemm) against the CPU executor and the step
 // loop (EG_CUDA_PREFILL=steps). Label "cuda"; skips without a GPU.
 //
-// Models: synthetic small Gemma 3 and Gemma 2 decoders built in memory (tests/cuda_synth_model.h:
-// Q4_0 matrices, Q8_0 embedding, sliding window 48, Gemma 2 with soft-capping and GQA 2; one with
-// F16 matrices), and the tiny GGUFs when present ($EG_CUDA_TEST_MODELS or the shared fixtures).
+// Models: synthetic small Gemma 3, Gemma 2 and Gemma 4 decoders built in memory
+// (tests/cuda_synth_model.h: Q4_0 matrices, Q8_0 embedding, sliding window 48, Gemma 2 with
+// soft-capping and GQA 2, Gemma 4 with KV sharing and per-layer embeddings; one with F16
+// matrices), and the tiny GGUFs (tiny-gemma2/3/4) when present ($EG_CUDA_TEST_MODELS or the
+// shared fixtures).
 // Prompts: the executor test's three reference prompts and one of 150 tokens (longer than every
 // sliding window: 48 synthetic, 128 tiny). Chunk sizes 1, 7, 64, 512 (EG_CUDA_PREFILL_CHUNK),
 // BF16 and F16 GEMMs, weights dequantized per matrix and once, KV f16 / bf16 / f32.
@@ -247,11 +249,42 @@ TEST(CudaPrefill, SyntheticF16MatricesMatchCpuOnEveryRow) {
   }
 }
 
+// Gemma 4 (tests/cuda_synth_model.h): 6 layers s, s, full, s, s, full, the last two KV-shared
+// (4 reads 3, 5 reads 2) with the double-wide MLP, per-layer embeddings of width 64 (f32
+// per_layer_model_projection, Q8_0 table), layer_scalar, v_norm, plain-scale norms, head_dim 64 /
+// global 128 (proportional RoPE), sliding window 48.
+// Bounds, from the H200 (2026-12-02): the last rows 8.3e-3 to 1.31e-2 (KV f32) of the range, the
+// decode steps after them 2.8-3.1e-3, every row at chunk 7: median 5.8e-3, worst 0.53, 12 of 183
+// greedy ids differ. The spread is the random model's, not the PLE or KV sharing: a probe of one
+// 18-token prompt on F16 matrices (CPU activations f32) gave per-row errors of 1e-2..2e-1 for the
+// BF16 GEMM with PLE and sharing, without either, and without both alike, 2e-3..5e-2 with the F16
+// GEMM, and ≤ 6e-3 for the step loop: Gemma 4's attention (scale 1 on RMS-normed q and k, so
+// scores of ±hd) sharpens the softmax, and random weights turn the GEMM inputs' 16-bit rounding
+// into swaps of near-equal keys. The trained tiny-gemma4 passes the 1e-2-style bounds
+// (TinyGgufsMatchCpuAndSteps, cuda_executor_test.cpp).
+nlohmann::json gemma4_small() {
+  return {
+      {"num_hidden_layers", 6},
+      {"layer_types", {"sliding_attention", "sliding_attention", "full_attention", "sliding_attention",
+                       "sliding_attention", "full_attention"}},
+      {"num_kv_shared_layers", 2}, {"vocab_size", 4096}, {"hidden_size", 256}, {"intermediate_size", 512},
+      {"num_attention_heads", 4}, {"num_key_value_heads", 1}, {"head_dim", 64}, {"global_head_dim", 128},
+      {"hidden_size_per_layer_input", 64}, {"sliding_window", 48}};
+}
+
+TEST(CudaPrefill, SyntheticGemma4MatchesCpuAndSteps) {
+  SKIP_WITHOUT_GPU();
+  auto m = synth::synth_model("gemma-4-e2b", gemma4_small());
+  ASSERT_EQ(m->config().layers[5].kv_source, 2);
+  check_model(*m, "synth gemma4 Q4_0 (PLE, KV-shared)", 1e-2f, 0.6f, 20, false, 1.5e-2f);
+}
+
 TEST(CudaPrefill, TinyGgufsMatchCpuAndSteps) {
   SKIP_WITHOUT_GPU();
   int found = 0;
   for (const auto& [name, file] : {std::pair<std::string, std::string>{"tiny-gemma3", "tiny-gemma3-q8_0.gguf"},
-                                   {"tiny-gemma2", "tiny-gemma2-q8_0.gguf"}}) {
+                                   {"tiny-gemma2", "tiny-gemma2-q8_0.gguf"},
+                                   {"tiny-gemma4", "tiny-gemma4-q8_0.gguf"}}) {
     const std::string path = find_gguf(name, file);
     if (path.empty()) continue;
     ++found;
@@ -286,3 +319,4 @@ TEST(CudaPrefill, BadOptionsAndInputThrow) {
 
 }  // namespace
 }  // namespace eg
+

@@ -2,6 +2,24 @@
 // config (model/known_models.h), optionally with keys overridden (smaller shapes), and random
 // weights in the layout `edgegemma quantize --type q4_0` writes: matrices Q4_0 (or `matrix_type`),
 // embedding Q8_0, norms f32. Header-only; the weights are deterministic in `seed`.
+//
+// Gemma 4 (gemma-4-e2b, gemma-4-e4b, gemma-4-31b; MoE models are refused) follows the tensors
+// model/weights.cpp binds: no k_proj / v_proj / k_norm on KV-shared layers (LayerConfig::kv_source
+// >= 0), no v_proj on K=V layers, a layer_scalar [1] per layer, and with per-layer embeddings
+// (ple_dim > 0) the table embed_tokens_per_layer [ple_vocab, L·P] (Q8_0), per_layer_model_projection
+// [L·P, H] (F32, as llama.cpp's quantizer and ours keep it), per_layer_projection_norm [P] and per
+// layer per_layer_input_gate [P, H], per_layer_projection [H, P] (matrix_type) and
+// post_per_layer_input_norm [H]. Gemma 4 norms are plain-scale (y = x̂·w), so their weights are
+// uniform in [0.9, 1.1) (Gemma 2/3: the stored w of 1 + w, uniform in ±0.1); layer_scalar is
+// uniform in [0.5, 1). With hidden_size_per_layer_input null (ple_dim −1, resolved from the
+// tensors) no PLE tensors are made and the model resolves ple_dim to 0.
+//
+// Overrides for Gemma 4: a num_hidden_layers override without layer_types first cuts the known
+// config to that many layers as `--layers` does (known_models.h truncate_layers: the first layer
+// types, the last layer full, num_kv_shared_layers reduced by the layers cut), then the overrides
+// apply (so they may set num_kv_shared_layers or layer_types themselves); a vocab_size override
+// without vocab_size_per_layer_input sets the PLE vocabulary to the same size. Gemma 2/3 models
+// are byte-identical to what this header made before Gemma 4 (same tensors, same random stream).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -12,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "model/config.h"
 #include "model/known_models.h"
 #include "model/model.h"
@@ -72,36 +91,78 @@ inline void add(TensorStore& st, Rng& g, const std::string& name, DType t, std::
   st.add_external(std::move(ti), buf);
 }
 
+// F32 values uniform in [lo, hi) (Gemma 4's plain-scale norm weights and layer_scalar).
+inline void add_uniform(TensorStore& st, Rng& g, const std::string& name, std::vector<int64_t> shape, float lo, float hi) {
+  const int64_t n = shape.size() == 2 ? shape[0] * shape[1] : shape.back();
+  auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(n) * 4);
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = lo + (hi - lo) * g.uniform();
+    std::memcpy(buf->data() + 4 * i, &v, 4);
+  }
+  TensorInfo ti;
+  ti.name = name;
+  ti.dtype = DType::F32;
+  ti.shape = std::move(shape);
+  ti.data = buf->data();
+  ti.nbytes = buf->size();
+  st.add_external(std::move(ti), buf);
+}
+
 /// The model `name` (a known_model_config name) with `overrides` merged into its config JSON.
 inline std::unique_ptr<Model> synth_model(const std::string& name, const nlohmann::json& overrides = nlohmann::json::object(),
                                           DType matrix_type = DType::Q4_0, uint64_t seed = 0x9E3779B97F4A7C15ull) {
   nlohmann::json cj = known_model_config(name);
+  if (cj.contains("layer_types") && overrides.contains("num_hidden_layers") && !overrides.contains("layer_types"))
+    cj = truncate_layers(cj, overrides["num_hidden_layers"].get<int>());
+  if (cj.contains("vocab_size_per_layer_input") && overrides.contains("vocab_size") &&
+      !overrides.contains("vocab_size_per_layer_input"))
+    cj["vocab_size_per_layer_input"] = overrides["vocab_size"];
   cj.update(overrides);
   ModelConfig cfg = parse_hf_config(cj.dump(), known_model_generation_config(name).dump(), name);
+  const bool g4 = cfg.family == ModelFamily::Gemma4;
+  if (cfg.n_experts > 0) throw Error("synth_model: " + name + " has a mixture of experts, which it does not build");
   Rng g{seed};
   TensorStore st;
   const int64_t H = cfg.hidden_size, V = cfg.vocab_size;
+  // A norm weight [n]: the stored w of (1 + w) for Gemma 2/3, a plain scale around 1 for Gemma 4.
+  auto norm = [&](const std::string& n, int64_t len) {
+    if (g4) add_uniform(st, g, n, {len}, 0.9f, 1.1f);
+    else add(st, g, n, DType::F32, {len}, 0.0f, 0.1f);
+  };
   add(st, g, "model.embed_tokens.weight", DType::Q8_0, {V, H}, 0.0005f, 0.001f);
-  add(st, g, "model.norm.weight", DType::F32, {H}, 0.0f, 0.1f);
+  norm("model.norm.weight", H);
+  const int64_t P = cfg.ple_dim > 0 ? cfg.ple_dim : 0, LP = static_cast<int64_t>(cfg.n_layers) * P;
+  if (P > 0) {
+    add(st, g, "model.embed_tokens_per_layer.weight", DType::Q8_0, {cfg.ple_vocab, LP}, 0.0005f, 0.001f);
+    add(st, g, "model.per_layer_model_projection.weight", DType::F32, {LP, H}, 0.0f, 0.02f);
+    norm("model.per_layer_projection_norm.weight", P);
+  }
   const DType mt = matrix_type;
   for (int i = 0; i < cfg.n_layers; ++i) {
     const LayerConfig& lc = cfg.layers[i];
     const std::string L = "model.layers." + std::to_string(i) + ".";
     const int64_t qd = static_cast<int64_t>(cfg.n_heads) * lc.head_dim, kvd = static_cast<int64_t>(lc.n_kv_heads) * lc.head_dim;
     const int64_t I = lc.intermediate_size;
+    const bool own_kv = lc.kv_source < 0;
     add(st, g, L + "self_attn.q_proj.weight", mt, {qd, H}, 0.002f, 0.004f);
-    add(st, g, L + "self_attn.k_proj.weight", mt, {kvd, H}, 0.002f, 0.004f);
-    add(st, g, L + "self_attn.v_proj.weight", mt, {kvd, H}, 0.002f, 0.004f);
+    if (own_kv) add(st, g, L + "self_attn.k_proj.weight", mt, {kvd, H}, 0.002f, 0.004f);
+    if (own_kv && !lc.k_eq_v) add(st, g, L + "self_attn.v_proj.weight", mt, {kvd, H}, 0.002f, 0.004f);
     add(st, g, L + "self_attn.o_proj.weight", mt, {H, qd}, 0.002f, 0.004f);
     add(st, g, L + "mlp.gate_proj.weight", mt, {I, H}, 0.002f, 0.004f);
     add(st, g, L + "mlp.up_proj.weight", mt, {I, H}, 0.002f, 0.004f);
     add(st, g, L + "mlp.down_proj.weight", mt, {H, I}, 0.001f, 0.002f);
     for (const char* n : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
                           "post_feedforward_layernorm"})
-      add(st, g, L + n + ".weight", DType::F32, {H}, 0.0f, 0.1f);
+      norm(L + n + ".weight", H);
     if (cfg.qk_norm) {
-      add(st, g, L + "self_attn.q_norm.weight", DType::F32, {lc.head_dim}, 0.0f, 0.1f);
-      add(st, g, L + "self_attn.k_norm.weight", DType::F32, {lc.head_dim}, 0.0f, 0.1f);
+      norm(L + "self_attn.q_norm.weight", lc.head_dim);
+      if (own_kv) norm(L + "self_attn.k_norm.weight", lc.head_dim);
+    }
+    if (cfg.layer_scalar) add_uniform(st, g, L + "layer_scalar", {1}, 0.5f, 1.0f);
+    if (P > 0) {
+      add(st, g, L + "per_layer_input_gate.weight", mt, {P, H}, 0.002f, 0.004f);
+      add(st, g, L + "per_layer_projection.weight", mt, {H, P}, 0.002f, 0.004f);
+      norm(L + "post_per_layer_input_norm.weight", H);
     }
   }
   return std::make_unique<Model>(std::move(cfg), std::move(st));

@@ -278,6 +278,10 @@ TEST(BenchCli, JsonHasTheFields) {
     EXPECT_GE(t["tok_s"]["max"].get<double>(), t["tok_s"]["median"].get<double>());
   }
   EXPECT_GT(j["peak_rss_bytes"].get<double>(), 0);
+  // From the process start to the end of the first (cold) prefill: at least the load and that
+  // prefill (the warm-up, itself not faster than the slowest timed repetition by much).
+  ASSERT_TRUE(j["ttft_from_process_start_ms"].is_number()) << j.dump();
+  EXPECT_GT(j["ttft_from_process_start_ms"].get<double>(), j["load_ms"].get<double>());
   const egtest::CmdResult table = egtest::run_cmd({egtest::cli_path(), "bench", "-m", tiny(), "-p", "8", "-n", "2", "-r", "1"});
   EXPECT_EQ(table.exit_code, 0) << table.err;
   EXPECT_NE(table.out.find("| model"), std::string::npos) << table.out;

@@ -1,6 +1,11 @@
-// cuda_decode_bench: end-to-end decode speed of the CUDA executor on a synthetic gemma-3-1b in
-// the layout `edgegemma quantize --type q4_0` writes (Q4_0 matrices, Q8_0 embedding since 1152
-// is not a multiple of 256, f32 norms), built in memory with random blocks: no files, no CLI.
+// cuda_decode_bench: end-to-end decode speed of the CUDA executor on a synthetic model in the
+// layout `edgegemma quantize --type q4_0` writes (Q4_0 matrices, Q8_0 embedding since 1152 is not a
+// multiple of 256, f32 norms), built in memory with random blocks (tests/cuda_synth_model.h): no
+// files, no CLI. --model takes a known model name (model/known_models.h): gemma-3-1b (default),
+// gemma-2-2b, gemma-3-270m, gemma-3-4b, or Gemma 4 gemma-4-e2b / gemma-4-e4b (KV-shared layers,
+// per-layer embeddings: the Q8_0 PLE table [262144, L·256] stays in host memory, 2.5 GB for E2B,
+// the f32 per_layer_model_projection; about 4 s and 4 GB of host memory to build E2B) and
+// gemma-4-31b (K=V full layers; large). MoE (gemma-4-26b-a4b) is refused.
 //
 //   cuda_decode_bench [-p 512] [-n 128] [--model gemma-3-1b] [--check 8] [--variants 1]
 //
@@ -187,7 +192,8 @@ int main(int argc, char** argv) {
     }
     auto t0 = Clock::now();
     auto m = synth::synth_model(name);
-    std::printf("synthetic %s (Q4_0, Q8_0 embedding): %.1f s to build\n", name.c_str(), secs(t0));
+    std::printf("synthetic %s (Q4_0, Q8_0 embedding%s): %.1f s to build\n", name.c_str(),
+                m->config().ple_dim > 0 ? ", Q8_0 PLE table, f32 PLE projection" : "", secs(t0));
     t0 = Clock::now();
     auto e = make_executor(*m, parse_device("cuda"));
     std::printf("%s: weights uploaded in %.1f s\n", e->description().c_str(), secs(t0));

@@ -1,4 +1,5 @@
-// The CUDA step executor (cuda_executor.h): Gemma 2/3 dense decoders on GPU 0.
+// The CUDA step executor (cuda_executor.h): Gemma 2/3/4 dense decoders on GPU 0 (Gemma 4: PLE,
+// KV sharing, K=V, v_norm and layer scalars on the step of separate kernels and the GEMM prefill).
 //
 // Weights are uploaded once in the tiled layout (q|k|v and gate|up as one matrix each when their
 // dtypes match; gate|up interleaved for the fused step). One decode step of one sequence is one
@@ -74,23 +75,30 @@ std::string matrix_reason(const std::string& name, const ops::Weight& w) {
 
 std::string cuda_unsupported_reason(const Model& model) {
   const ModelConfig& c = model.config();
-  if (c.family == ModelFamily::Gemma4) return "Gemma 4 is not supported by the CUDA executor yet";
-  if (c.ple_dim != 0) return "per-layer embeddings are not supported";
-  if (c.n_experts > 0) return "mixture of experts is not supported";
-  if (c.v_norm || c.layer_scalar) return "v_norm / layer scalars are not supported";
+  if (c.n_experts > 0) return "mixture of experts (Gemma 4 26B-A4B) is not supported";
   if (c.hidden_size % 32 != 0) return "hidden size " + std::to_string(c.hidden_size) + " is not a multiple of 32";
   const ModelWeights& w = model.weights();
   std::string r = matrix_reason("the embedding", w.embed);
   if (!r.empty()) return r;
+  if (c.ple_dim > 0) {
+    if (c.ple_dim % 32 != 0) return "per-layer embedding width " + std::to_string(c.ple_dim) + " is not a multiple of 32";
+    if (w.ple_model_proj.dtype != DType::F32) r = matrix_reason("per_layer_model_projection", w.ple_model_proj);
+    if (!r.empty()) return r;
+  }
   for (int li = 0; li < c.n_layers; ++li) {
     const LayerConfig& lc = c.layers[li];
     const std::string L = "layer " + std::to_string(li);
-    if (lc.kv_source >= 0 || lc.k_eq_v) return L + ": KV sharing is not supported";
     if (lc.head_dim % 32 != 0 || lc.head_dim > 512) return L + ": head_dim " + std::to_string(lc.head_dim) + " (need a multiple of 32 up to 512)";
     if (lc.intermediate_size % 32 != 0) return L + ": MLP width not a multiple of 32";
     const LayerWeights& lw = w.layers[li];
-    const std::pair<const char*, const ops::Weight*> ms[] = {{"q", &lw.q}, {"k", &lw.k}, {"v", &lw.v}, {"o", &lw.o},
-                                                             {"gate", &lw.gate}, {"up", &lw.up}, {"down", &lw.down}};
+    std::vector<std::pair<std::string, const ops::Weight*>> ms = {{"q", &lw.q}, {"o", &lw.o}, {"gate", &lw.gate},
+                                                                  {"up", &lw.up}, {"down", &lw.down}};
+    if (lc.kv_source < 0) ms.push_back({"k", &lw.k});  // KV-shared layers have no k/v, K=V layers no v
+    if (lc.kv_source < 0 && !lc.k_eq_v) ms.push_back({"v", &lw.v});
+    if (c.ple_dim > 0) {
+      ms.push_back({"per_layer_input_gate", &lw.ple_gate});
+      ms.push_back({"per_layer_projection", &lw.ple_proj});
+    }
     for (const auto& [n, m] : ms) {
       r = matrix_reason(L + " " + n, *m);
       if (!r.empty()) return r;

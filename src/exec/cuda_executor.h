@@ -8,8 +8,9 @@
 
 namespace eg {
 
-/// Empty when the CUDA executor can run `model` (Gemma 2/3 dense, no PLE/MoE/KV sharing, every
-/// matrix Q4_0/Q8_0/F16/BF16, head_dim a multiple of 32 up to 512); otherwise why not.
+/// Empty when the CUDA executor can run `model` (Gemma 2/3/4 dense, not MoE; every matrix
+/// Q4_0/Q8_0/F16/BF16 except Gemma 4's per_layer_model_projection, which may be F32 too; head_dim
+/// a multiple of 32 up to 512; a PLE width that is a multiple of 32); otherwise why not.
 std::string cuda_unsupported_reason(const Model& model);
 
 /// The executor on GPU 0 (uploads the weights). Throws eg::Error when no GPU is present or the

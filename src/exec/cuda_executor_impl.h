@@ -4,6 +4,7 @@
 // class. docs/cuda.md "The executor".
 #pragma once
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/decode_kernels.h"
 #include "backend/cuda/fused.h"
+#include "backend/cuda/ple.h"
 #include "backend/cuda/prefill.h"
 #include "backend/cuda/step_kernel.h"
 #include "core/error.h"
@@ -39,6 +41,13 @@ struct DevLayer {
   bool qkv_fused = false, gu_fused = false;
   gpu::DeviceWeight qkv, q, k, v, o, gu, gate, up, down;
   gpu::DeviceBuffer input_norm, post_attn_norm, pre_ffw_norm, post_ffw_norm, q_norm, k_norm, inv_freq;
+  // Gemma 4: the layer whose K/V cache this layer reads (itself unless KV-shared), K=V, the PLE
+  // gate / projection / norm (E2B, E4B) and the layer scalar (gemma-architectures.md §3.3.2).
+  int kv_layer = 0;
+  bool v_from_k = false;
+  gpu::DeviceWeight ple_gate, ple_proj;
+  gpu::DeviceBuffer ple_post_norm;
+  float scalar = 1.0f;
   // EG_CUDA_PREFILL_WEIGHTS=once: the matrices above dequantized to 16-bit, row-major, keyed by
   // the DeviceWeight they come from (empty in the default per-matrix mode).
   std::vector<std::pair<const gpu::DeviceWeight*, gpu::DeviceBuffer>> w16;
@@ -49,6 +58,8 @@ struct PrefillScratch {
   int tokens = 0;
   std::unique_ptr<gpu::Gemm> gemm;
   gpu::DeviceBuffer ids, x, proj, h16, qkv, q, gu, w16, result;
+  gpu::DeviceBuffer ple, ple_tok;  // Gemma 4 PLE inputs [tokens, L·P] and their token part
+  std::vector<float> ple_host;
 };
 
 struct CudaKV final : KVCache::DeviceState {
@@ -62,7 +73,8 @@ struct CudaWorkspace final : StepWorkspace {
   ~CudaWorkspace() override {
     if (profiled_steps > 0) {
       static const char* names[kGroups] = {"embed+norm", "qkv matvec", "q/k norm+rope+kv", "attention", "o matvec",
-                                           "residual+norms", "gate|up matvec", "gelu*mul", "down matvec", "lm head"};
+                                           "residual+norms", "gate|up matvec", "gelu*mul", "down matvec", "lm head",
+                                           "ple"};
       double total = 0.0;
       for (double g : group_ms) total += g;
       std::fprintf(stderr, "cuda profile (%lld eager steps, us/step, each kernel timed alone):", static_cast<long long>(profiled_steps));
@@ -78,10 +90,12 @@ struct CudaWorkspace final : StepWorkspace {
   double timed_ms = 0.0;
   int64_t timed_steps = 0;
   // EG_CUDA_TIMING=2: eager steps (no graph), each kernel group timed alone (µs per step).
-  static constexpr int kGroups = 10;
+  static constexpr int kGroups = 11;
   double group_ms[kGroups] = {};
   int64_t profiled_steps = 0;
   gpu::DeviceBuffer args, x, x2, counters, h, act, qkv, q, attn, partial, proj, gu, g, logits, result;
+  gpu::DeviceBuffer ple, ple_tok;  // Gemma 4 PLE inputs [L·P] of the step and their token part
+  std::vector<float> ple_host;
   std::unique_ptr<gpu::Graph> graph;
   PersistentStep persistent;  // EG_CUDA_STEP=persistent
   uint64_t graph_kv = 0;  // serial of the cache the graph was captured for
@@ -115,6 +129,10 @@ class CudaExecutor final : public StepExecutor {
     const std::string step_mode = sp ? sp : "";
     if (!step_mode.empty() && step_mode != "graph" && step_mode != "persistent")
       throw Error("EG_CUDA_STEP must be graph or persistent, not '" + step_mode + "'");
+    // Gemma 4 takes the step of separate kernels: its layer joint (PLE, layer scalar) and K/V
+    // (sharing, K=V, v_norm) are not in the fused kernels' input stages.
+    gemma4_ = cfg_.family == ModelFamily::Gemma4;
+    if (gemma4_) fused_ = false;
     for (int li = 0; li < cfg_.n_layers && fused_; ++li) {
       const LayerWeights& lw = w.layers[li];
       fused_ = same_kind(lw.q, lw.k) && same_kind(lw.q, lw.v) && same_kind(lw.gate, lw.up) &&
@@ -122,18 +140,37 @@ class CudaExecutor final : public StepExecutor {
     }
     embed_ = upload(w.embed);
     final_norm_ = upload_norm(w.final_norm);
+    if (cfg_.ple_dim > 0) {
+      // per_layer_model_projection: f32 as the quantizers keep it (row-major, matvec_f32 / F32
+      // GEMM) or any matvec dtype (tiled). The table E_ple stays in host memory (ple.h).
+      ple_LP_ = static_cast<int64_t>(cfg_.n_layers) * cfg_.ple_dim;
+      if (w.ple_model_proj.dtype == DType::F32) {
+        ple_raw_ = gpu::DeviceBuffer(static_cast<size_t>(w.ple_model_proj.rows * w.ple_model_proj.cols) * 4);
+        ple_raw_.upload(w.ple_model_proj.data, ple_raw_.bytes());
+      } else {
+        ple_tiled_ = upload(w.ple_model_proj);
+      }
+      ple_norm_ = upload_norm(w.ple_proj_norm);
+    }
     embed_scale_ = embedding_scale(cfg_.hidden_size, DType::F32);
     for (int li = 0; li < cfg_.n_layers; ++li) {
       const LayerConfig& lc = cfg_.layers[li];
       const LayerWeights& lw = w.layers[li];
       DevLayer d;
-      d.qkv_fused = same_kind(lw.q, lw.k) && same_kind(lw.q, lw.v);
+      // q|k|v; a KV-shared layer has only q, a K=V layer q|k (gemma-architectures.md §3.3.2).
+      d.kv_layer = lc.kv_source >= 0 ? lc.kv_source : li;
+      d.v_from_k = lc.kv_source < 0 && lc.k_eq_v;
+      std::vector<const ops::Weight*> parts{&lw.q};
+      if (lc.kv_source < 0) parts.push_back(&lw.k);
+      if (lc.kv_source < 0 && !lc.k_eq_v) parts.push_back(&lw.v);
+      d.qkv_fused = true;
+      for (const ops::Weight* p : parts) d.qkv_fused = d.qkv_fused && same_kind(lw.q, *p);
       if (d.qkv_fused) {
-        d.qkv = upload_stacked({&lw.q, &lw.k, &lw.v});
+        d.qkv = upload_stacked(parts);
       } else {
         d.q = upload(lw.q);
-        d.k = upload(lw.k);
-        d.v = upload(lw.v);
+        if (parts.size() > 1) d.k = upload(lw.k);
+        if (parts.size() > 2) d.v = upload(lw.v);
       }
       d.o = upload(lw.o);
       d.gu_fused = same_kind(lw.gate, lw.up);
@@ -153,7 +190,13 @@ class CudaExecutor final : public StepExecutor {
       d.post_ffw_norm = upload_norm(lw.post_ffw_norm);
       if (cfg_.qk_norm) {
         d.q_norm = upload_norm(lw.q_norm);
-        d.k_norm = upload_norm(lw.k_norm);
+        if (lc.kv_source < 0) d.k_norm = upload_norm(lw.k_norm);
+      }
+      if (cfg_.layer_scalar) d.scalar = lw.layer_scalar;
+      if (cfg_.ple_dim > 0) {
+        d.ple_gate = upload(lw.ple_gate);
+        d.ple_proj = upload(lw.ple_proj);
+        d.ple_post_norm = upload_norm(lw.ple_post_norm);
       }
       // As Model's constructor: frequencies of the pairs past rope_pairs are 0.
       std::vector<float> inv(static_cast<size_t>(lc.rope_dims / 2), 0.0f);
@@ -163,7 +206,7 @@ class CudaExecutor final : public StepExecutor {
       d.inv_freq = upload_floats(inv);
       max_qkv_ = std::max<int64_t>(max_qkv_, static_cast<int64_t>(cfg_.n_heads + 2 * lc.n_kv_heads) * lc.head_dim);
       max_q_ = std::max<int64_t>(max_q_, static_cast<int64_t>(cfg_.n_heads) * lc.head_dim);
-      max_i_ = std::max<int64_t>(max_i_, lc.intermediate_size);
+      max_i_ = std::max<int64_t>(max_i_, std::max<int64_t>(lc.intermediate_size, cfg_.ple_dim));
       max_hd_ = std::max(max_hd_, lc.head_dim);
       layers_.push_back(std::move(d));
     }
@@ -174,7 +217,8 @@ class CudaExecutor final : public StepExecutor {
       // EG_CUDA_PREFILL_WEIGHTS=once: every matrix dequantized to 16-bit now (2 bytes per weight).
       gpu::Stream s(0);
       for (DevLayer& d : layers_) {
-        for (const gpu::DeviceWeight* W : {&d.qkv, &d.q, &d.k, &d.v, &d.o, &d.gu, &d.gate, &d.up, &d.down}) {
+        for (const gpu::DeviceWeight* W : {&d.qkv, &d.q, &d.k, &d.v, &d.o, &d.gu, &d.gate, &d.up, &d.down, &d.ple_gate,
+                                           &d.ple_proj}) {
           if (W->rows == 0) continue;
           gpu::DeviceBuffer b(gpu::dequant_bytes(*W));
           gpu::dequant_weight(s, *W, pf_type_, b.data());
@@ -209,6 +253,10 @@ class CudaExecutor final : public StepExecutor {
     ws->g = gpu::DeviceBuffer(max_i_ * 4);
     ws->logits = gpu::DeviceBuffer(V * 4);
     ws->result = gpu::DeviceBuffer(8);
+    if (ple_LP_ > 0) {
+      ws->ple = gpu::DeviceBuffer(static_cast<size_t>(ple_LP_) * 4);
+      ws->ple_tok = gpu::DeviceBuffer(static_cast<size_t>(ple_LP_) * 4);
+    }
     return ws;
   }
 
@@ -223,6 +271,11 @@ class CudaExecutor final : public StepExecutor {
     const size_t eb = opt.type == KVType::F32 ? 4 : 2;
     for (int li = 0; li < cfg_.n_layers; ++li) {
       const LayerConfig& lc = cfg_.layers[li];
+      if (lc.kv_source >= 0) {  // KV-shared (Gemma 4): reads layer kv_source's cache
+        st->k.emplace_back();
+        st->v.emplace_back();
+        continue;
+      }
       const size_t bytes = static_cast<size_t>(opt.max_tokens) * lc.n_kv_heads * lc.head_dim * eb;
       st->k.emplace_back(bytes);
       st->v.emplace_back(bytes);
@@ -310,7 +363,50 @@ class CudaExecutor final : public StepExecutor {
   void check_token(int32_t id) const {
     if (id < 0 || id >= cfg_.vocab_size)
       throw Error("token id " + std::to_string(id) + " outside the vocabulary (size " + std::to_string(cfg_.vocab_size) + ")");
+    if (cfg_.ple_dim > 0 && id >= cfg_.ple_vocab)
+      throw Error("token id " + std::to_string(id) + " outside the per-layer-embedding vocabulary (size " +
+                  std::to_string(cfg_.ple_vocab) + ")");
   }
+
+  // Gemma 4 PLE: out [T, L·P] = E_ple[tokens[t]]·√P (blocks::ple_inputs' token part, on the host).
+  void ple_token_rows(const int32_t* tokens, int T, std::vector<float>& out) const {
+    const ops::Weight& E = m_.weights().ple_embed;
+    const size_t rb = dtype_row_bytes(E.dtype, ple_LP_);
+    const float sc = static_cast<float>(std::sqrt(static_cast<double>(cfg_.ple_dim)));
+    out.resize(static_cast<size_t>(T) * ple_LP_);
+    for (int t = 0; t < T; ++t) {
+      float* r = out.data() + static_cast<size_t>(t) * ple_LP_;
+      cpu::to_f32(static_cast<const uint8_t*>(E.data) + static_cast<size_t>(tokens[t]) * rb, E.dtype,
+                  static_cast<size_t>(ple_LP_), r);
+      for (int64_t i = 0; i < ple_LP_; ++i) r[i] *= sc;
+    }
+  }
+
+  // Gemma 4 PLE inputs of T rows into ple_dev [T, L·P] from x0_dev [T, H] (the scaled embedding)
+  // and tok_dev (ple_token_rows, uploaded): the context projection, then ple_combine. T > 1 takes
+  // the GEMM (gemm: the chunk's cuBLAS handle; x16: scratch for a 16-bit copy of x0).
+  void ple_inputs(const gpu::Stream& s, int T, const float* x0_dev, void* act, const float* tok_dev, float* ple_dev,
+                  const gpu::Gemm* gemm, void* x16, void* w16) const {
+    const int64_t H = cfg_.hidden_size;
+    if (ple_raw_.data()) {
+      if (gemm) gemm->run(gpu::GemmType::F32, ple_raw_.data(), ple_LP_, H, x0_dev, T, ple_dev, ple_LP_);
+      else gpu::matvec_f32(s, ple_raw_.as<const float>(), ple_LP_, H, x0_dev, T, ple_dev, ple_LP_);
+    } else if (gemm) {
+      gpu::convert_rows(s, T, H, x0_dev, pf_type_, x16);
+      gpu::dequant_weight(s, ple_tiled_, pf_type_, w16);
+      gemm->run(pf_type_, w16, ple_LP_, H, x16, T, ple_dev, ple_LP_);
+    } else {
+      if (is_quantized(ple_tiled_.dtype)) gpu::quantize_act(s, x0_dev, H, act);
+      gpu::matvec(s, ple_tiled_, x0_dev, act, ple_dev);
+    }
+    gpu::ple_combine(s, T, cfg_.n_layers, cfg_.ple_dim, ple_dev, tok_dev, ple_norm_.as<const float>(),
+                     static_cast<float>(std::pow(static_cast<double>(H), -0.5)), cfg_.rms_norm_eps,
+                     static_cast<float>(std::pow(2.0, -0.5)));
+  }
+
+  // Gemma 4's layer end on the decode step: x += rmsnorm(proj; post_ffw); the PLE gate (E2B,
+  // E4B); x ·= layer scalar; h = rmsnorm(x; w_next) and its act (ple_block + forward's scalar).
+  void layer_end_step(CudaWorkspace& w, bool prof, int li, const float* w_next) const;
   void check_batch(const int32_t* tokens, int B, KVCache* const* kvs) const {
     if (B <= 0) throw Error("decode: no rows");
     for (int b = 0; b < B; ++b) {
@@ -334,6 +430,10 @@ class CudaExecutor final : public StepExecutor {
     }
     const gpu::StepArgs a{token, pos};
     gpu::copy_to_device_async(w.stream, w.args.data(), &a, sizeof a);
+    if (ple_LP_ > 0) {  // the token part of the PLE inputs, read by the captured step
+      ple_token_rows(&token, 1, w.ple_host);
+      gpu::copy_to_device_async(w.stream, w.ple_tok.data(), w.ple_host.data(), static_cast<size_t>(ple_LP_) * 4);
+    }
     if (timing_ == 2) {
       if (!w.partial.data() || w.partial.bytes() < partial_bytes(st.max_tokens))
         w.partial = gpu::DeviceBuffer(partial_bytes(st.max_tokens));
@@ -430,6 +530,9 @@ class CudaExecutor final : public StepExecutor {
     qa.eps = cfg_.rms_norm_eps;
     qa.inv_freq_dev = d.inv_freq.as<const float>();
     qa.kv = kv;
+    qa.v_norm = cfg_.v_norm;
+    qa.v_from_k = d.v_from_k;
+    qa.q_only = lc.kv_source >= 0;
     return qa;
   }
   gpu::AttentionArgs attn_args(const LayerConfig& lc, gpu::KVElem kv, int n_splits) const {
@@ -485,6 +588,11 @@ class CudaExecutor final : public StepExecutor {
   int timing_ = 0;  // EG_CUDA_TIMING: 1 = GPU time per graph replay, 2 = eager per-kernel-group profile
   gpu::DeviceWeight embed_;
   gpu::DeviceBuffer final_norm_;
+  bool gemma4_ = false;
+  int64_t ple_LP_ = 0;             // Gemma 4 PLE: L·P (0: none)
+  gpu::DeviceBuffer ple_raw_;      // per_layer_model_projection, f32 row-major (or:)
+  gpu::DeviceWeight ple_tiled_;    // ... in a matvec dtype, tiled
+  gpu::DeviceBuffer ple_norm_;     // per_layer_projection_norm [P]
   float embed_scale_ = 1.0f;
   std::vector<DevLayer> layers_;
   PersistentShape persistent_;  // grid 0: the graph step

@@ -21,12 +21,17 @@ void CudaExecutor::ensure_prefill_scratch(CudaWorkspace& w, int n) const {
   p.qkv = gpu::DeviceBuffer(C * max_qkv_ * 4);
   p.q = gpu::DeviceBuffer(C * max_q_ * 4);
   p.gu = gpu::DeviceBuffer(C * 2 * max_i_ * 4);
-  if (!pf_once_ && !p.w16.data()) {
-    size_t mx = 0;
+  if ((!pf_once_ || ple_tiled_.rows > 0) && !p.w16.data()) {
+    size_t mx = ple_tiled_.rows > 0 ? gpu::dequant_bytes(ple_tiled_) : 0;
     for (const DevLayer& d : layers_)
-      for (const gpu::DeviceWeight* W : {&d.qkv, &d.q, &d.k, &d.v, &d.o, &d.gu, &d.gate, &d.up, &d.down})
+      for (const gpu::DeviceWeight* W : {&d.qkv, &d.q, &d.k, &d.v, &d.o, &d.gu, &d.gate, &d.up, &d.down, &d.ple_gate,
+                                         &d.ple_proj})
         if (W->rows > 0) mx = std::max(mx, gpu::dequant_bytes(*W));
     p.w16 = gpu::DeviceBuffer(mx);
+  }
+  if (ple_LP_ > 0) {
+    p.ple = gpu::DeviceBuffer(static_cast<size_t>(C * ple_LP_) * 4);
+    p.ple_tok = gpu::DeviceBuffer(static_cast<size_t>(C * ple_LP_) * 4);
   }
   if (!p.result.data()) p.result = gpu::DeviceBuffer(8);
   if (!p.gemm) p.gemm = std::make_unique<gpu::Gemm>(w.stream);
@@ -61,6 +66,11 @@ void CudaExecutor::prefill_chunk(const int32_t* tokens, int T, KVCache& kv, Cuda
   void* h16 = p.h16.data();
   gpu::copy_to_device_async(s, p.ids.data(), tokens, static_cast<size_t>(T) * 4);
   gpu::embed_rows(s, embed_, p.ids.as<const int32_t>(), T, embed_scale_, x);
+  if (ple_LP_ > 0) {  // Gemma 4 PLE inputs of the chunk (the token part gathered on the host)
+    ple_token_rows(tokens, T, p.ple_host);
+    gpu::copy_to_device_async(s, p.ple_tok.data(), p.ple_host.data(), p.ple_host.size() * 4);
+    ple_inputs(s, T, x, nullptr, p.ple_tok.as<const float>(), p.ple.as<float>(), p.gemm.get(), h16, p.w16.data());
+  }
   gpu::norm_rows(s, T, H, x, layers_[0].input_norm.as<const float>(), off, eps, ty, h16);
   for (int li = 0; li < cfg_.n_layers; ++li) {
     const LayerConfig& lc = cfg_.layers[li];
@@ -70,12 +80,13 @@ void CudaExecutor::prefill_chunk(const int32_t* tokens, int T, KVCache& kv, Cuda
       gemm(w, d, d.qkv, h16, T, qkv, wq);
     } else {
       gemm(w, d, d.q, h16, T, qkv, wq);
-      gemm(w, d, d.k, h16, T, qkv + qn, wq);
-      gemm(w, d, d.v, h16, T, qkv + qn + kn, wq);
+      if (d.k.rows > 0) gemm(w, d, d.k, h16, T, qkv + qn, wq);
+      if (d.v.rows > 0) gemm(w, d, d.v, h16, T, qkv + qn + kn, wq);
     }
     gpu::qk_rope_kv_rows(s, qkv_args(lc, d, st.elem), T, pos0, qkv, p.q.as<float>(), st.k[li].data(), st.v[li].data());
-    gpu::attention_prefill(s, attn_args(lc, st.elem, 1), T, pos0, p.q.as<const float>(), st.k[li].data(),
-                           st.v[li].data(), ty, h16);
+    const int kl = d.kv_layer;  // itself, or the source of a KV-shared layer (written above it)
+    gpu::attention_prefill(s, attn_args(lc, st.elem, 1), T, pos0, p.q.as<const float>(), st.k[kl].data(),
+                           st.v[kl].data(), ty, h16);
     gemm(w, d, d.o, h16, T, proj, H);
     gpu::residual_norm_rows(s, T, H, x, proj, d.post_attn_norm.as<const float>(), d.pre_ffw_norm.as<const float>(),
                             off, eps, ty, h16);
@@ -88,16 +99,37 @@ void CudaExecutor::prefill_chunk(const int32_t* tokens, int T, KVCache& kv, Cuda
     }
     gpu::gelu_mul_rows(s, T, I, gu, fused_ ? gpu::GateUpLayout::Interleaved : gpu::GateUpLayout::Stacked, ty, h16);
     gemm(w, d, d.down, h16, T, proj, H);
+    if (gemma4_) {
+      // x += rmsnorm(down; post_ffw); the PLE gate (E2B, E4B); x ·= layer scalar; the next
+      // layer's input norm (none after the last: the LM head below norms x itself).
+      const float* next = li + 1 < cfg_.n_layers ? layers_[li + 1].input_norm.as<const float>() : nullptr;
+      if (ple_LP_ > 0) {
+        const int64_t P = cfg_.ple_dim;
+        gpu::residual_norm_rows(s, T, H, x, proj, d.post_ffw_norm.as<const float>(), nullptr, off, eps, ty, h16);
+        gemm(w, d, d.ple_gate, h16, T, gu, P);
+        gpu::gelu_mul_rows_by(s, T, P, gu, P, p.ple.as<const float>() + static_cast<int64_t>(li) * P, ple_LP_, ty, h16);
+        gemm(w, d, d.ple_proj, h16, T, proj, H);
+        gpu::residual_norm_rows(s, T, H, x, proj, d.ple_post_norm.as<const float>(), next, off, eps, ty, h16, d.scalar);
+      } else {
+        gpu::residual_norm_rows(s, T, H, x, proj, d.post_ffw_norm.as<const float>(), next, off, eps, ty, h16, d.scalar);
+      }
+      continue;
+    }
     if (li + 1 < cfg_.n_layers)
       gpu::residual_norm_rows(s, T, H, x, proj, d.post_ffw_norm.as<const float>(),
                               layers_[li + 1].input_norm.as<const float>(), off, eps, ty, h16);
   }
   // LM head: the decode step's (residual + post-ffw norm + final norm stage) on each wanted row.
+  // Gemma 4: x is complete (PLE, scalar), so only the final norm.
   for (int t = all ? 0 : T - 1; logits_out && t < T; ++t) {
     gpu::MatvecInput in;
-    in.src_dev = proj + static_cast<int64_t>(t) * H;
-    in.residual_dev = x + static_cast<int64_t>(t) * H;
-    in.w_post_dev = layers_.back().post_ffw_norm.as<const float>();
+    if (gemma4_) {
+      in.src_dev = x + static_cast<int64_t>(t) * H;
+    } else {
+      in.src_dev = proj + static_cast<int64_t>(t) * H;
+      in.residual_dev = x + static_cast<int64_t>(t) * H;
+      in.w_post_dev = layers_.back().post_ffw_norm.as<const float>();
+    }
     in.w_norm_dev = final_norm_.as<const float>();
     in.w_offset = off;
     in.eps = eps;

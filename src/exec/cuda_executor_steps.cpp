@@ -34,10 +34,13 @@ void CudaExecutor::enqueue_step(CudaKV& st, CudaWorkspace& w, bool prof) const {
   float* h = w.h.as<float>();
   void* act = w.act.data();
   const int n_splits = splits(st.max_tokens);
-  op(w, prof, 0, [&] {
-    gpu::embed_row(s, embed_, args, embed_scale_, x);
-    gpu::rmsnorm(s, x, 1, H, layers_[0].input_norm.as<const float>(), off, eps, h, act);
-  });
+  op(w, prof, 0, [&] { gpu::embed_row(s, embed_, args, embed_scale_, x); });
+  if (ple_LP_ > 0) {
+    op(w, prof, 10, [&] {
+      ple_inputs(s, 1, x, act, w.ple_tok.as<const float>(), w.ple.as<float>(), nullptr, nullptr, nullptr);
+    });
+  }
+  op(w, prof, 0, [&] { gpu::rmsnorm(s, x, 1, H, layers_[0].input_norm.as<const float>(), off, eps, h, act); });
   for (int li = 0; li < cfg_.n_layers; ++li) {
     const LayerConfig& lc = cfg_.layers[li];
     const DevLayer& d = layers_[li];
@@ -48,16 +51,17 @@ void CudaExecutor::enqueue_step(CudaKV& st, CudaWorkspace& w, bool prof) const {
         matvec(s, d.qkv, h, act, qkv);
       } else {
         matvec(s, d.q, h, act, qkv);
-        matvec(s, d.k, h, act, qkv + qn);
-        matvec(s, d.v, h, act, qkv + qn + kn);
+        if (d.k.rows > 0) matvec(s, d.k, h, act, qkv + qn);
+        if (d.v.rows > 0) matvec(s, d.v, h, act, qkv + qn + kn);
       }
     });
     const gpu::QKVHeadArgs qa = qkv_args(lc, d, st.elem);
     op(w, prof, 2, [&] { gpu::qkv_heads(s, qa, qkv, args, w.q.as<float>(), st.k[li].data(), st.v[li].data()); });
     const gpu::AttentionArgs aa = attn_args(lc, st.elem, n_splits);
     const bool o_quant = is_quantized(d.o.dtype);
+    const int kl = d.kv_layer;  // itself, or the source of a KV-shared layer
     op(w, prof, 3, [&] {
-      gpu::attention_decode(s, aa, w.q.as<const float>(), st.k[li].data(), st.v[li].data(), args,
+      gpu::attention_decode(s, aa, w.q.as<const float>(), st.k[kl].data(), st.v[kl].data(), args,
                             w.partial.as<float>(), w.attn.as<float>(), o_quant ? act : nullptr);
     });
     op(w, prof, 4, [&] { matvec(s, d.o, w.attn.as<const float>(), act, w.proj.as<float>()); });
@@ -80,6 +84,10 @@ void CudaExecutor::enqueue_step(CudaKV& st, CudaWorkspace& w, bool prof) const {
     op(w, prof, 8, [&] { matvec(s, d.down, w.g.as<const float>(), act, w.proj.as<float>()); });
     const float* next = li + 1 < cfg_.n_layers ? layers_[li + 1].input_norm.as<const float>()
                                                : final_norm_.as<const float>();
+    if (gemma4_) {
+      layer_end_step(w, prof, li, next);
+      continue;
+    }
     op(w, prof, 5, [&] {
       gpu::residual_norm(s, H, x, w.proj.as<const float>(), d.post_ffw_norm.as<const float>(), next, off, eps, h, act);
     });
@@ -89,9 +97,35 @@ void CudaExecutor::enqueue_step(CudaKV& st, CudaWorkspace& w, bool prof) const {
   });
 }
 
+void CudaExecutor::layer_end_step(CudaWorkspace& w, bool prof, int li, const float* w_next) const {
+  const gpu::Stream& s = w.stream;
+  const DevLayer& d = layers_[li];
+  const int64_t H = cfg_.hidden_size;
+  const float eps = cfg_.rms_norm_eps, off = cfg_.norm_offset;
+  float* x = w.x.as<float>();
+  float* h = w.h.as<float>();
+  float* proj = w.proj.as<float>();
+  void* act = w.act.data();
+  if (ple_LP_ == 0) {
+    op(w, prof, 5, [&] { gpu::residual_norm(s, H, x, proj, d.post_ffw_norm.as<const float>(), w_next, off, eps, h, act, d.scalar); });
+    return;
+  }
+  const int64_t P = cfg_.ple_dim;
+  op(w, prof, 5, [&] { gpu::residual_norm(s, H, x, proj, d.post_ffw_norm.as<const float>(), nullptr, off, eps, h, act); });
+  op(w, prof, 10, [&] {
+    float* g = w.gu.as<float>();
+    matvec(s, d.ple_gate, h, act, g);
+    const bool q = is_quantized(d.ple_proj.dtype);
+    gpu::gelu_mul_by(s, g, w.ple.as<const float>() + static_cast<int64_t>(li) * P, P, w.g.as<float>(), q ? act : nullptr);
+    matvec(s, d.ple_proj, w.g.as<const float>(), act, proj);
+    gpu::residual_norm(s, H, x, proj, d.ple_post_norm.as<const float>(), w_next, off, eps, h, act, d.scalar);
+  });
+}
+
 void CudaExecutor::build_persistent_shape(bool asked) {
   std::string why;
-  if (!fused_) why = "the fused step's stacked weights are not available";
+  if (gemma4_) why = "Gemma 4 takes the step of separate kernels";
+  else if (!fused_) why = "the fused step's stacked weights are not available";
   for (int li = 0; li < cfg_.n_layers && why.empty(); ++li) {
     const DevLayer& d = layers_[li];
     for (const gpu::DeviceWeight* W : {&d.qkv, &d.o, &d.gu, &d.down})

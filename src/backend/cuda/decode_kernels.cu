@@ -67,8 +67,14 @@ __global__ void __launch_bounds__(kHeadThreads) qkv_heads_kernel(QKVHeadArgs a, 
     else kv_store(kc, kv_base + i, v, a.kv);
   });
   if (!is_q) {
-    const float* vsrc = qkv + static_cast<int64_t>(a.n_heads + a.n_kv_heads + kvh) * hd;
-    for (int i = threadIdx.x; i < hd; i += kHeadThreads) kv_store(vc, kv_base + i, vsrc[i], a.kv);
+    const float* vsrc = qkv + static_cast<int64_t>(a.n_heads + (a.v_from_k ? 0 : a.n_kv_heads) + kvh) * hd;
+    float inv = 1.0f;
+    if (a.v_norm) {  // Gemma 4: rmsnorm without a weight
+      float ss = 0.0f;
+      for (int i = threadIdx.x; i < hd; i += kHeadThreads) ss = fmaf(vsrc[i], vsrc[i], ss);
+      inv = 1.0f / sqrtf(block_sum(ss, part) / static_cast<float>(hd) + a.eps);
+    }
+    for (int i = threadIdx.x; i < hd; i += kHeadThreads) kv_store(vc, kv_base + i, a.v_norm ? vsrc[i] * inv : vsrc[i], a.kv);
   }
 }
 
@@ -187,7 +193,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attn_fused_kernel(QKVHeadArgs
 
 __global__ void __launch_bounds__(kJointThreads) residual_norm_kernel(int64_t n, float* x, const float* proj,
                                                                     const float* w_post, const float* w_next,
-                                                                    float off, float eps, float* y, int8_t* act) {
+                                                                    float off, float eps, float* y, int8_t* act,
+                                                                    float scale) {
   detail::pdl_trigger();
   detail::pdl_wait();
   __shared__ float part[kJointThreads / 32];
@@ -197,14 +204,14 @@ __global__ void __launch_bounds__(kJointThreads) residual_norm_kernel(int64_t n,
   const float inv1 = 1.0f / sqrtf(block_sum(ss, part) / static_cast<float>(n) + eps);
   ss = 0.0f;
   for (int64_t i = threadIdx.x; i < n; i += kJointThreads) {
-    const float v = x[i] + (proj[i] * inv1) * (off + w_post[i]);
+    const float v = (x[i] + (proj[i] * inv1) * (off + w_post[i])) * scale;
     x[i] = v;
     ss = fmaf(v, v, ss);
   }
   const float inv2 = 1.0f / sqrtf(block_sum(ss, part) / static_cast<float>(n) + eps);
   int2* meta = act ? reinterpret_cast<int2*>(act + n) : nullptr;
   for (int64_t i = threadIdx.x; i < n; i += kJointThreads) {
-    const float v = (x[i] * inv2) * (off + w_next[i]);
+    const float v = w_next ? (x[i] * inv2) * (off + w_next[i]) : x[i];
     y[i] = v;
     if (act) detail::quantize_block_warp(v, lane, i / 32, act, meta);
   }
@@ -212,7 +219,7 @@ __global__ void __launch_bounds__(kJointThreads) residual_norm_kernel(int64_t n,
 
 // ---- GELU-tanh · mul ------------------------------------------------------------------------------
 
-__global__ void gelu_mul_kernel(const float* gu, int64_t n, float* out, int8_t* act) {
+__global__ void gelu_mul_kernel(const float* gu, const float* up, int64_t n, float* out, int8_t* act) {
   detail::pdl_trigger();
   detail::pdl_wait();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -221,7 +228,7 @@ __global__ void gelu_mul_kernel(const float* gu, int64_t n, float* out, int8_t* 
   const float z = gu[i];
   const float inner = __fmul_rn(k0, __fadd_rn(z, __fmul_rn(__fmul_rn(__fmul_rn(k1, z), z), z)));
   const float g = __fmul_rn(__fmul_rn(0.5f, z), __fadd_rn(1.0f, tanhf(inner)));
-  const float v = __fmul_rn(g, gu[n + i]);
+  const float v = __fmul_rn(g, up[i]);
   if (out) out[i] = v;
   if (act) detail::quantize_block_warp(v, threadIdx.x & 31, i / 32, act, reinterpret_cast<int2*>(act + n));
 }
@@ -251,7 +258,8 @@ void qkv_heads(const Stream& s, const QKVHeadArgs& a, const float* qkv_dev, cons
   check_head_dim(a.head_dim, "qkv_heads");
   if (a.n_heads <= 0 || a.n_kv_heads <= 0 || a.rope_dims < 0 || a.rope_dims > a.head_dim || a.rope_dims % 2)
     throw Error("CUDA qkv_heads: bad shape");
-  detail::launch_kernel(qkv_heads_kernel, dim3(static_cast<unsigned>(a.n_heads + a.n_kv_heads)), dim3(kHeadThreads),
+  const int heads = a.q_only ? a.n_heads : a.n_heads + a.n_kv_heads;
+  detail::launch_kernel(qkv_heads_kernel, dim3(static_cast<unsigned>(heads)), dim3(kHeadThreads),
                         st(s), detail::pdl_enabled(), a, qkv_dev, args_dev, q_out_dev, k_cache_dev, v_cache_dev);
 }
 
@@ -296,16 +304,20 @@ void attention_fused(const Stream& s, const QKVHeadArgs& qa, const AttentionArgs
 }
 
 void residual_norm(const Stream& s, int64_t n, float* x_dev, const float* proj_dev, const float* w_post_dev,
-                   const float* w_next_dev, float w_offset, float eps, float* y_dev, void* act_dev) {
+                   const float* w_next_dev, float w_offset, float eps, float* y_dev, void* act_dev, float scale) {
   if (n <= 0 || (act_dev && n % 32 != 0)) throw Error("CUDA residual_norm: bad n = " + std::to_string(n));
   detail::launch_kernel(residual_norm_kernel, dim3(1), dim3(kJointThreads), st(s), detail::pdl_enabled(), n, x_dev,
-                        proj_dev, w_post_dev, w_next_dev, w_offset, eps, y_dev, static_cast<int8_t*>(act_dev));
+                        proj_dev, w_post_dev, w_next_dev, w_offset, eps, y_dev, static_cast<int8_t*>(act_dev), scale);
+}
+
+void gelu_mul_by(const Stream& s, const float* gate_dev, const float* up_dev, int64_t n, float* out_dev, void* act_dev) {
+  if (n <= 0 || (act_dev && n % 32 != 0)) throw Error("CUDA gelu_mul_by: bad n = " + std::to_string(n));
+  detail::launch_kernel(gelu_mul_kernel, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256), st(s),
+                        detail::pdl_enabled(), gate_dev, up_dev, n, out_dev, static_cast<int8_t*>(act_dev));
 }
 
 void gelu_mul(const Stream& s, const float* gu_dev, int64_t n, float* out_dev, void* act_dev) {
-  if (n <= 0 || (act_dev && n % 32 != 0)) throw Error("CUDA gelu_mul: bad n = " + std::to_string(n));
-  detail::launch_kernel(gelu_mul_kernel, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256), st(s),
-                        detail::pdl_enabled(), gu_dev, n, out_dev, static_cast<int8_t*>(act_dev));
+  gelu_mul_by(s, gu_dev, gu_dev + n, n, out_dev, act_dev);
 }
 
 }  // namespace eg::cuda

@@ -30,8 +30,12 @@ void embed_row(const Stream& s, const DeviceWeight& E, const StepArgs* args_dev,
 /// Per-head work after the q/k/v matvec. qkv_dev = [q: nh·hd | k: nkv·hd | v: nkv·hd] (f32).
 /// q heads: rmsnorm(q_norm_dev) when non-null (w_offset + w, eps), RoPE at args->pos → q_out_dev.
 /// k heads: rmsnorm(k_norm_dev) when non-null, RoPE, stored at position pos of k_cache_dev; v
-/// heads stored unchanged at v_cache_dev. RoPE: ops::rope (pairs i, i + rope_dims/2 for
-/// i < rope_dims/2, angle pos·inv_freq_dev[i]; channels ≥ rope_dims unchanged).
+/// heads stored at v_cache_dev, unchanged or (v_norm) as rmsnorm without a weight, x·(1/sqrt(
+/// mean(x²) + eps)) (Gemma 4). RoPE: ops::rope (pairs i, i + rope_dims/2 for i < rope_dims/2,
+/// angle pos·inv_freq_dev[i]; channels ≥ rope_dims unchanged). Gemma 4 (gemma-architectures.md
+/// §3.3.2): v_from_k takes V from the raw k projection (K=V layers; the v slot of qkv_dev is not
+/// read); q_only handles the q heads alone (a KV-shared layer, which reads another layer's cache;
+/// the caches may be null).
 struct QKVHeadArgs {
   int n_heads = 0, n_kv_heads = 0, head_dim = 0, rope_dims = 0;
   const float* q_norm_dev = nullptr;
@@ -39,6 +43,7 @@ struct QKVHeadArgs {
   float w_offset = 1.0f, eps = 1e-6f;
   const float* inv_freq_dev = nullptr;  // [rope_dims / 2]
   KVElem kv = KVElem::F16;
+  bool v_norm = false, v_from_k = false, q_only = false;
 };
 void qkv_heads(const Stream& s, const QKVHeadArgs& a, const float* qkv_dev, const StepArgs* args_dev,
                float* q_out_dev, void* k_cache_dev, void* v_cache_dev);
@@ -62,15 +67,19 @@ void attention_decode(const Stream& s, const AttentionArgs& a, const float* q_de
                       const void* v_cache_dev, const StepArgs* args_dev, float* partial_dev, float* out_dev,
                       void* act_dev);
 
-/// The residual joint of a layer (one CTA): x += rmsnorm(proj; w_post), then
-/// y = rmsnorm(x; w_next) (+ its quantized form in act_dev when non-null, n % 32 == 0).
-/// Norm weights are f32 [n] with the w_offset (1 + w for Gemma 2/3).
+/// The residual joint of a layer (one CTA): x = (x + rmsnorm(proj; w_post))·scale (scale: Gemma 4's
+/// layer_scalar; 1 is exact), then y = rmsnorm(x; w_next), or y = x when w_next_dev is null (+ its
+/// quantized form in act_dev when non-null, n % 32 == 0). Norm weights are f32 [n] with the
+/// w_offset (1 + w for Gemma 2/3, w for Gemma 4).
 void residual_norm(const Stream& s, int64_t n, float* x_dev, const float* proj_dev, const float* w_post_dev,
-                   const float* w_next_dev, float w_offset, float eps, float* y_dev, void* act_dev);
+                   const float* w_next_dev, float w_offset, float eps, float* y_dev, void* act_dev,
+                   float scale = 1.0f);
 
 /// out = gelu_tanh(gu[0..n)) · gu[n..2n) (ops::gelu_tanh_mul) into out_dev (f32, may be null) and
 /// act_dev (quantized, may be null; n % 32 == 0).
 void gelu_mul(const Stream& s, const float* gu_dev, int64_t n, float* out_dev, void* act_dev);
+/// The same with the two factors apart: out = gelu_tanh(gate[0..n)) · up[0..n) (Gemma 4's PLE gate).
+void gelu_mul_by(const Stream& s, const float* gate_dev, const float* up_dev, int64_t n, float* out_dev, void* act_dev);
 
 }  // namespace eg::cuda
 

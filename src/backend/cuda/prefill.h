@@ -17,8 +17,9 @@
 namespace eg::cuda {
 
 /// Input type of the prefill GEMMs (weights and activations): BF16 (default; f32's range) or F16
-/// (3 more mantissa bits; activations beyond ±65504 become ±inf).
-enum class GemmType : int { BF16 = 0, F16 = 1 };
+/// (3 more mantissa bits; activations beyond ±65504 become ±inf). F32: f32 weights and inputs
+/// (Gemm::run only: Gemma 4's f32 per_layer_model_projection; the 16-bit conversions do not take it).
+enum class GemmType : int { BF16 = 0, F16 = 1, F32 = 2 };
 
 /// Bytes of W dequantized to 16-bit: rows · cols · 2.
 size_t dequant_bytes(const DeviceWeight& W);
@@ -54,10 +55,11 @@ void embed_rows(const Stream& s, const DeviceWeight& E, const int32_t* tokens_de
 void norm_rows(const Stream& s, int T, int64_t n, const float* x_dev, const float* w_dev, float w_offset, float eps,
                GemmType t, void* h_dev);
 
-/// Per row (residual_norm's formula): x += rmsnorm(proj; w_post), h = rmsnorm(x; w_next) (16-bit).
+/// Per row (residual_norm's formula): x = (x + rmsnorm(proj; w_post))·scale, h = rmsnorm(x; w_next)
+/// (16-bit), or h = x when w_next_dev is null.
 void residual_norm_rows(const Stream& s, int T, int64_t n, float* x_dev, const float* proj_dev,
                         const float* w_post_dev, const float* w_next_dev, float w_offset, float eps, GemmType t,
-                        void* h_dev);
+                        void* h_dev, float scale = 1.0f);
 
 /// Layout of a gate|up GEMM output row of 2n values: Stacked = gate[0..n) then up[0..n);
 /// Interleaved = interleave_gate_up's rows (groups of 4 gate then 4 up).
@@ -67,7 +69,8 @@ void gelu_mul_rows(const Stream& s, int T, int64_t n, const float* gu_dev, GateU
                    void* out_dev);
 
 /// qkv_heads for T rows at positions pos0..pos0+T−1: qkv_dev [T, (nh + 2·nkv)·hd] f32 (the GEMM
-/// output), q_out_dev [T, nh·hd] f32 (normed, rotated), K/V rows pos0+t of the caches written.
+/// output), q_out_dev [T, nh·hd] f32 (normed, rotated), K/V rows pos0+t of the caches written
+/// (a.v_norm, v_from_k and q_only as qkv_heads; the row stride stays (nh + 2·nkv)·hd).
 void qk_rope_kv_rows(const Stream& s, const QKVHeadArgs& a, int T, int pos0, const float* qkv_dev, float* q_out_dev,
                      void* k_cache_dev, void* v_cache_dev);
 

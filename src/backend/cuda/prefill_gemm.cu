@@ -85,6 +85,7 @@ size_t dequant_bytes(const DeviceWeight& W) { return static_cast<size_t>(W.rows)
 void dequant_weight(const Stream& s, const DeviceWeight& W, GemmType t, void* out_dev) {
   if (!matvec_supports(W.dtype)) throw Error(std::string("CUDA dequant_weight: type ") + dtype_name(W.dtype));
   if (W.cols % 8 != 0 || W.rows <= 0) throw Error("CUDA dequant_weight: bad shape");
+  if (t != GemmType::BF16 && t != GemmType::F16) throw Error("CUDA dequant_weight: the output must be BF16 or F16");
   const int64_t n = W.rows * (W.cols / 8);
   const unsigned blocks = static_cast<unsigned>((n + 255) / 256);
   dequant_kernel<<<blocks, 256, 0, detail::stream_of(s.handle())>>>(
@@ -110,7 +111,7 @@ void Gemm::run(GemmType t, const void* w_dev, int64_t N, int64_t K, const void* 
   // Column-major view: Y^T [N, T] (ld ldy) = W [N, K] (row-major [N,K] = col-major K×N, so op T)
   // · X^T [K, T] (row-major [T, K] = col-major K×T, op N).
   const float alpha = 1.0f, beta = 0.0f;
-  const cudaDataType_t ty = t == GemmType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+  const cudaDataType_t ty = t == GemmType::BF16 ? CUDA_R_16BF : t == GemmType::F16 ? CUDA_R_16F : CUDA_R_32F;
   check_cublas(cublasGemmEx(static_cast<cublasHandle_t>(handle_), CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N),
                             static_cast<int>(T), static_cast<int>(K), &alpha, w_dev, ty, static_cast<int>(K), x_dev,
                             ty, static_cast<int>(K), &beta, y_dev, CUDA_R_32F, static_cast<int>(ldy),

@@ -96,7 +96,8 @@ __global__ void __launch_bounds__(kRowThreads) norm_rows_kernel(const float* x, 
 // One CTA per row: residual_norm_kernel's formulas and summation order.
 __global__ void __launch_bounds__(kJointThreads) residual_norm_rows_kernel(int64_t n, float* x, const float* proj,
                                                                         const float* w_post, const float* w_next,
-                                                                        float off, float eps, int t, uint16_t* h) {
+                                                                        float off, float eps, int t, uint16_t* h,
+                                                                        float scale) {
   __shared__ float part[kJointThreads / 32];
   const int64_t row = blockIdx.x;
   float* xr = x + row * n;
@@ -107,12 +108,13 @@ __global__ void __launch_bounds__(kJointThreads) residual_norm_rows_kernel(int64
   const float inv1 = 1.0f / sqrtf(block_sum(ss, part) / static_cast<float>(n) + eps);
   ss = 0.0f;
   for (int64_t i = threadIdx.x; i < n; i += kJointThreads) {
-    const float v = xr[i] + (pr[i] * inv1) * (off + w_post[i]);
+    const float v = (xr[i] + (pr[i] * inv1) * (off + w_post[i])) * scale;
     xr[i] = v;
     ss = fmaf(v, v, ss);
   }
   const float inv2 = 1.0f / sqrtf(block_sum(ss, part) / static_cast<float>(n) + eps);
-  for (int64_t i = threadIdx.x; i < n; i += kJointThreads) hr[i] = to16((xr[i] * inv2) * (off + w_next[i]), t);
+  for (int64_t i = threadIdx.x; i < n; i += kJointThreads)
+    hr[i] = to16(w_next ? (xr[i] * inv2) * (off + w_next[i]) : xr[i], t);
 }
 
 // Grid (ceil(n/256), T).
@@ -180,8 +182,14 @@ __global__ void __launch_bounds__(kHeadThreads) qk_rope_rows_kernel(QKVHeadArgs 
     else kv_store(kc, kv_base + i, v, a.kv);
   }
   if (!is_q) {
-    const float* vsrc = qr + static_cast<int64_t>(a.n_heads + a.n_kv_heads + kvh) * hd;
-    for (int i = threadIdx.x; i < hd; i += kHeadThreads) kv_store(vc, kv_base + i, vsrc[i], a.kv);
+    const float* vsrc = qr + static_cast<int64_t>(a.n_heads + (a.v_from_k ? 0 : a.n_kv_heads) + kvh) * hd;
+    float inv = 1.0f;
+    if (a.v_norm) {  // Gemma 4: rmsnorm without a weight (qkv_heads_kernel's formula)
+      float vs = 0.0f;
+      for (int i = threadIdx.x; i < hd; i += kHeadThreads) vs = fmaf(vsrc[i], vsrc[i], vs);
+      inv = 1.0f / sqrtf(block_sum(vs, part) / static_cast<float>(hd) + a.eps);
+    }
+    for (int i = threadIdx.x; i < hd; i += kHeadThreads) kv_store(vc, kv_base + i, a.v_norm ? vsrc[i] * inv : vsrc[i], a.kv);
   }
 }
 
@@ -189,6 +197,10 @@ cudaStream_t st(const Stream& s) { return detail::stream_of(s.handle()); }
 
 void check_rows(int T, int64_t n, const char* what) {
   if (T <= 0 || T > 65535 || n <= 0) throw Error(std::string("CUDA ") + what + ": bad shape");
+}
+
+void check16(GemmType t, const char* what) {
+  if (t != GemmType::BF16 && t != GemmType::F16) throw Error(std::string("CUDA ") + what + ": the output must be BF16 or F16");
 }
 
 }  // namespace
@@ -205,6 +217,7 @@ void embed_rows(const Stream& s, const DeviceWeight& E, const int32_t* tokens_de
 void norm_rows(const Stream& s, int T, int64_t n, const float* x_dev, const float* w_dev, float w_offset, float eps,
                GemmType t, void* h_dev) {
   check_rows(T, n, "norm_rows");
+  check16(t, "norm_rows");
   norm_rows_kernel<<<static_cast<unsigned>(T), kRowThreads, 0, st(s)>>>(x_dev, n, w_dev, w_offset, eps,
                                                                         static_cast<int>(t),
                                                                         static_cast<uint16_t*>(h_dev));
@@ -213,10 +226,12 @@ void norm_rows(const Stream& s, int T, int64_t n, const float* x_dev, const floa
 
 void residual_norm_rows(const Stream& s, int T, int64_t n, float* x_dev, const float* proj_dev,
                         const float* w_post_dev, const float* w_next_dev, float w_offset, float eps, GemmType t,
-                        void* h_dev) {
+                        void* h_dev, float scale) {
   check_rows(T, n, "residual_norm_rows");
+  check16(t, "residual_norm_rows");
   residual_norm_rows_kernel<<<static_cast<unsigned>(T), kJointThreads, 0, st(s)>>>(
-      n, x_dev, proj_dev, w_post_dev, w_next_dev, w_offset, eps, static_cast<int>(t), static_cast<uint16_t*>(h_dev));
+      n, x_dev, proj_dev, w_post_dev, w_next_dev, w_offset, eps, static_cast<int>(t), static_cast<uint16_t*>(h_dev),
+      scale);
   EG_CUDA_CHECK_LAUNCH();
 }
 
@@ -235,7 +250,8 @@ void qk_rope_kv_rows(const Stream& s, const QKVHeadArgs& a, int T, int pos0, con
       a.rope_dims < 0 || a.rope_dims > a.head_dim || a.rope_dims % 2 || pos0 < 0)
     throw Error("CUDA qk_rope_kv_rows: bad shape");
   check_rows(T, a.head_dim, "qk_rope_kv_rows");
-  qk_rope_rows_kernel<<<dim3(static_cast<unsigned>(a.n_heads + a.n_kv_heads), static_cast<unsigned>(T)), kHeadThreads,
+  const int heads = a.q_only ? a.n_heads : a.n_heads + a.n_kv_heads;
+  qk_rope_rows_kernel<<<dim3(static_cast<unsigned>(heads), static_cast<unsigned>(T)), kHeadThreads,
                         0, st(s)>>>(a, pos0, qkv_dev, q_out_dev, k_cache_dev, v_cache_dev);
   EG_CUDA_CHECK_LAUNCH();
 }
