@@ -137,6 +137,11 @@ void check_model(const std::string& name, const std::string& file, KVType kv_typ
               file.c_str(), kv_type_name(kv_type), g_worst, kPrompts.size());
 }
 
+// Q4_0 matrices with the Q6_K embedding / LM head llama.cpp's recipe gives 256-wide rows (q6k.h).
+TEST(CudaExecutor, TinyGemma2Q4_0WithAQ6KEmbeddingMatchesTheCpu) { check_model("tiny-gemma2", "tiny-gemma2-q4_0.gguf", KVType::F16); }
+TEST(CudaExecutor, TinyGemma3Q4_0WithAQ6KEmbeddingMatchesTheCpu) { check_model("tiny-gemma3", "tiny-gemma3-q4_0.gguf", KVType::F16); }
+TEST(CudaExecutor, TinyGemma4Q4_0WithAQ6KEmbeddingMatchesTheCpu) { check_model("tiny-gemma4", "tiny-gemma4-q4_0.gguf", KVType::F16); }
+
 TEST(CudaExecutor, TinyGemma3Q8_0MatchesTheCpu) { check_model("tiny-gemma3", "tiny-gemma3-q8_0.gguf", KVType::F16); }
 TEST(CudaExecutor, TinyGemma3Q8_0MatchesTheCpuF32Kv) { check_model("tiny-gemma3", "tiny-gemma3-q8_0.gguf", KVType::F32); }
 TEST(CudaExecutor, TinyGemma2Q8_0MatchesTheCpu) { check_model("tiny-gemma2", "tiny-gemma2-q8_0.gguf", KVType::F16); }
@@ -165,14 +170,14 @@ TEST(CudaExecutor, FusedStepVariantsMatchTheCpu) {
 }
 
 TEST(CudaExecutor, UnsupportedModelsAreRefusedAndAutoFallsBackToTheCpu) {
-  // The Q4_0 files keep the embedding in Q6_K (llama.cpp's recipe for 256-wide rows); the f32
-  // file has f32 matrices. Neither needs a GPU to be refused.
-  for (const char* file : {"tiny-gemma3-q4_0.gguf", "tiny-gemma3-f32.gguf"}) {
+  // The q4_k_m file has Q4_K matrices; the f32 file f32 ones. Neither needs a GPU to be refused.
+  // (The Q4_0 files' Q6_K embedding runs: q6k.h.)
+  for (const char* file : {"tiny-gemma3-q4_k_m.gguf", "tiny-gemma3-f32.gguf"}) {
     const std::string path = find_model("tiny-gemma3", file);
     if (path.empty()) continue;
     auto m = Model::load_gguf(path);
     const std::string why = cuda_unsupported_reason(*m);
-    EXPECT_NE(why.find(std::string(file).find("q4_0") != std::string::npos ? "Q6_K" : "F32"), std::string::npos) << why;
+    EXPECT_NE(why.find(std::string(file).find("q4_k") != std::string::npos ? "Q4_K" : "F32"), std::string::npos) << why;
     EXPECT_THROW(make_executor(*m, parse_device("cuda")), Error);
     EXPECT_EQ(make_executor(*m, parse_device("auto"))->device(), Device::CPU);
   }

@@ -78,7 +78,9 @@ std::string cuda_unsupported_reason(const Model& model) {
   if (c.n_experts > 0) return "mixture of experts (Gemma 4 26B-A4B) is not supported";
   if (c.hidden_size % 32 != 0) return "hidden size " + std::to_string(c.hidden_size) + " is not a multiple of 32";
   const ModelWeights& w = model.weights();
-  std::string r = matrix_reason("the embedding", w.embed);
+  // The embedding / LM head may also be Q6_K (q6k.h), as llama.cpp's quantizer writes it.
+  std::string r = w.embed.dtype == DType::Q6_K ? (w.embed.cols % 256 == 0 ? "" : "the Q6_K embedding's width is not a multiple of 256")
+                                               : matrix_reason("the embedding", w.embed);
   if (!r.empty()) return r;
   if (c.ple_dim > 0) {
     if (c.ple_dim % 32 != 0) return "per-layer embedding width " + std::to_string(c.ple_dim) + " is not a multiple of 32";

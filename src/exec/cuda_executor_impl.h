@@ -131,8 +131,11 @@ class CudaExecutor final : public StepExecutor {
       throw Error("EG_CUDA_STEP must be graph or persistent, not '" + step_mode + "'");
     // Gemma 4 takes the step of separate kernels: its layer joint (PLE, layer scalar) and K/V
     // (sharing, K=V, v_norm) are not in the fused kernels' input stages.
+    // So does a Q6_K embedding (q6k.h): the fused LM head and the persistent step read the tiled
+    // layouts only.
     gemma4_ = cfg_.family == ModelFamily::Gemma4;
-    if (gemma4_) fused_ = false;
+    q6k_embed_ = w.embed.dtype == DType::Q6_K;
+    if (gemma4_ || q6k_embed_) fused_ = false;
     for (int li = 0; li < cfg_.n_layers && fused_; ++li) {
       const LayerWeights& lw = w.layers[li];
       fused_ = same_kind(lw.q, lw.k) && same_kind(lw.q, lw.v) && same_kind(lw.gate, lw.up) &&
@@ -589,6 +592,7 @@ class CudaExecutor final : public StepExecutor {
   gpu::DeviceWeight embed_;
   gpu::DeviceBuffer final_norm_;
   bool gemma4_ = false;
+  bool q6k_embed_ = false;  // the embedding / LM head is Q6_K (q6k.h)
   int64_t ple_LP_ = 0;             // Gemma 4 PLE: L·P (0: none)
   gpu::DeviceBuffer ple_raw_;      // per_layer_model_projection, f32 row-major (or:)
   gpu::DeviceWeight ple_tiled_;    // ... in a matvec dtype, tiled

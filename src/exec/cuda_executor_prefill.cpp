@@ -122,6 +122,18 @@ void CudaExecutor::prefill_chunk(const int32_t* tokens, int T, KVCache& kv, Cuda
   // LM head: the decode step's (residual + post-ffw norm + final norm stage) on each wanted row.
   // Gemma 4: x is complete (PLE, scalar), so only the final norm.
   for (int t = all ? 0 : T - 1; logits_out && t < T; ++t) {
+    if (q6k_embed_) {  // the Q6_K LM head (q6k.h) takes a normed f32 row: the joint here, then the head
+      float* xr = x + static_cast<int64_t>(t) * H;
+      if (gemma4_) gpu::rmsnorm(s, xr, 1, H, final_norm_.as<const float>(), off, eps, w.h.as<float>());
+      else
+        gpu::residual_norm(s, H, xr, proj + static_cast<int64_t>(t) * H, layers_.back().post_ffw_norm.as<const float>(),
+                           final_norm_.as<const float>(), off, eps, w.h.as<float>(), nullptr);
+      gpu::lm_head_argmax(s, embed_, w.h.as<const float>(), nullptr, cfg_.final_softcap, p.result.as<uint64_t>(),
+                          w.logits.as<float>());
+      gpu::copy_to_host_async(s, logits_out + (all ? static_cast<size_t>(t) * V : 0), w.logits.data(),
+                              static_cast<size_t>(V) * 4);
+      continue;
+    }
     gpu::MatvecInput in;
     if (gemma4_) {
       in.src_dev = x + static_cast<int64_t>(t) * H;

@@ -125,6 +125,7 @@ void CudaExecutor::layer_end_step(CudaWorkspace& w, bool prof, int li, const flo
 void CudaExecutor::build_persistent_shape(bool asked) {
   std::string why;
   if (gemma4_) why = "Gemma 4 takes the step of separate kernels";
+  else if (q6k_embed_) why = "a Q6_K embedding takes the step of separate kernels";
   else if (!fused_) why = "the fused step's stacked weights are not available";
   for (int li = 0; li < cfg_.n_layers && why.empty(); ++li) {
     const DevLayer& d = layers_[li];

@@ -13,6 +13,7 @@
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/decode_kernels.h"
 #include "backend/cuda/fused.h"
+#include "backend/cuda/q6k_device.cuh"
 
 namespace eg::cuda {
 namespace {
@@ -27,6 +28,10 @@ __global__ void embed_kernel(const uint8_t* data, const uint16_t* scales, int dt
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= cols) return;
   const int64_t r = args->token;
+  if (dt == static_cast<int>(DType::Q6_K)) {  // GGUF blocks, not tiled (q6k.h)
+    x[e] = q6k_value(data + (static_cast<size_t>(r) * (cols / 256) + e / 256) * kQ6KBlockBytes, static_cast<int>(e % 256)) * scale;
+    return;
+  }
   const int64_t t = r / kTileRows, rr = r % kTileRows;
   float v;
   if (dt == static_cast<int>(DType::Q4_0) || dt == static_cast<int>(DType::Q8_0)) {
@@ -245,7 +250,7 @@ void check_head_dim(int hd, const char* what) {
 
 void embed_row(const Stream& s, const DeviceWeight& E, const StepArgs* args_dev, float scale, float* x_dev,
                uint64_t* clear_dev) {
-  if (!matvec_supports(E.dtype)) throw Error(std::string("CUDA embed_row: type ") + dtype_name(E.dtype));
+  if (!matvec_supports(E.dtype) && E.dtype != DType::Q6_K) throw Error(std::string("CUDA embed_row: type ") + dtype_name(E.dtype));
   const int64_t H = E.cols;
   detail::launch_kernel(embed_kernel, dim3(static_cast<unsigned>((H + 255) / 256)), dim3(256), st(s),
                         detail::pdl_enabled(), E.data.as<const uint8_t>(), E.scales.as<const uint16_t>(),

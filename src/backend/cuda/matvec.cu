@@ -24,6 +24,7 @@
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/fused.h"
 #include "backend/cuda/matvec_device.cuh"
+#include "backend/cuda/q6k.h"
 
 namespace eg::cuda {
 namespace {
@@ -207,6 +208,7 @@ void matvec_gelu_fused(const Stream& s, const DeviceWeight& W_interleaved, const
 void lm_head_argmax_fused(const Stream& s, const DeviceWeight& W, const MatvecInput& in, float softcap,
                           uint64_t* result_dev, float* logits_dev) {
   if (!result_dev) throw Error("CUDA lm_head_argmax_fused: no result word");
+  if (W.dtype == DType::Q6_K) throw Error("CUDA lm_head_argmax_fused: a Q6_K LM head takes rmsnorm + lm_head_argmax");
   launch_fused<kArgmaxEpi>(s, W, in, logits_dev, softcap, reinterpret_cast<unsigned long long*>(result_dev));
 }
 
@@ -226,6 +228,7 @@ std::string interleave_gate_up(const void* gate, const void* up, DType t, int64_
 void matvec(const Stream& s, const DeviceWeight& W, const float* x_dev, const void* act_dev,
             float* y_dev, MatvecConfig cfg) {
   if (!y_dev) throw Error("CUDA matvec: no output");
+  if (W.dtype == DType::Q6_K) return matvec_q6k(s, W, x_dev, y_dev, 0.0f, nullptr);
   launch<false>(s, W, x_dev, act_dev, y_dev, 0.0f, nullptr, cfg);
 }
 
@@ -235,6 +238,7 @@ void lm_head_argmax(const Stream& s, const DeviceWeight& W, const float* x_dev,
   if (!result_dev) throw Error("CUDA lm_head_argmax: no result word");
   auto* res = reinterpret_cast<unsigned long long*>(result_dev);
   EG_CUDA_CHECK(cudaMemsetAsync(res, 0, sizeof(*res), detail::stream_of(s.handle())));
+  if (W.dtype == DType::Q6_K) return matvec_q6k(s, W, x_dev, logits_dev, softcap, result_dev);
   launch<true>(s, W, x_dev, act_dev, logits_dev, softcap, res, cfg);
 }
 

@@ -9,6 +9,7 @@
 
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/prefill.h"
+#include "backend/cuda/q6k_device.cuh"
 
 namespace eg::cuda {
 namespace {
@@ -58,6 +59,10 @@ __global__ void embed_rows_kernel(const uint8_t* data, const uint16_t* scales, i
   if (e >= cols) return;
   const int64_t row = blockIdx.y;
   const int64_t r = tokens[row];
+  if (dt == static_cast<int>(DType::Q6_K)) {  // GGUF blocks, not tiled (q6k.h)
+    x[row * cols + e] = q6k_value(data + (static_cast<size_t>(r) * (cols / 256) + e / 256) * kQ6KBlockBytes, static_cast<int>(e % 256)) * scale;
+    return;
+  }
   const int64_t t = r / kTileRows, rr = r % kTileRows;
   float v;
   if (dt == static_cast<int>(DType::Q4_0) || dt == static_cast<int>(DType::Q8_0)) {
@@ -206,7 +211,7 @@ void check16(GemmType t, const char* what) {
 }  // namespace
 
 void embed_rows(const Stream& s, const DeviceWeight& E, const int32_t* tokens_dev, int T, float scale, float* x_dev) {
-  if (!matvec_supports(E.dtype)) throw Error(std::string("CUDA embed_rows: type ") + dtype_name(E.dtype));
+  if (!matvec_supports(E.dtype) && E.dtype != DType::Q6_K) throw Error(std::string("CUDA embed_rows: type ") + dtype_name(E.dtype));
   check_rows(T, E.cols, "embed_rows");
   embed_rows_kernel<<<dim3(static_cast<unsigned>((E.cols + 255) / 256), static_cast<unsigned>(T)), 256, 0, st(s)>>>(
       E.data.as<const uint8_t>(), E.scales.as<const uint16_t>(), static_cast<int>(E.dtype), E.cols, tokens_dev, scale,

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/q6k.h"
 #include "core/error.h"
 #include "quant/blocks.h"
 
@@ -78,6 +79,7 @@ HostTiledWeight tile_weight(const void* src, DType t, int64_t rows, int64_t cols
 }
 
 DeviceWeight upload_weight(const void* src, DType t, int64_t rows, int64_t cols) {
+  if (t == DType::Q6_K) return upload_q6k(src, rows, cols);  // the embedding's block layout (q6k.h)
   HostTiledWeight h = tile_weight(src, t, rows, cols);
   DeviceWeight w;
   w.dtype = t;
