@@ -145,6 +145,18 @@ TEST(Executor, ParseDevice) {
   EXPECT_TRUE(device_compiled_in(Device::CPU));
 }
 
+// auto with media (an mmproj, images or audio in the prompt) is the CPU, the one executor that
+// takes media embeddings; an explicit device stays, and auto without media stays auto.
+TEST(Executor, AutoWithMediaIsTheCpu) {
+  const DeviceRequest a = device_for_media(parse_device("auto"), true);
+  EXPECT_FALSE(a.automatic);
+  EXPECT_EQ(a.device, Device::CPU);
+  EXPECT_TRUE(device_for_media(parse_device("auto"), false).automatic);
+  const DeviceRequest c = device_for_media(parse_device("cuda"), true);
+  EXPECT_FALSE(c.automatic);
+  EXPECT_EQ(c.device, Device::CUDA);
+}
+
 TEST(Executor, UnavailableDeviceIsAClearError) {
   // Without a CUDA executor in the build: "no cuda executor". With one: tiny-gemma3's safetensors
   // are F32, which the CUDA executor refuses (and without a GPU, "no CUDA device").

@@ -246,7 +246,7 @@ int chat(const ChatArgs& a) {
   for (const auto& s : g.stops)
     if (s.empty()) throw Error("--stop: empty stop string");
   const std::string dir = model_path(a.model_dir);
-  auto loaded = LoadedModel::load(dir, parse_device(a.gen->device));
+  auto loaded = LoadedModel::load(dir, device_for_media(parse_device(a.gen->device), !a.mmproj.empty()));
   if (!a.mmproj.empty()) loaded->attach_mmproj(a.mmproj);
   std::shared_ptr<const LoadedModel> lm = std::move(loaded);
   for (const auto& n : lm->notes()) note("edgegemma: note: " + n);

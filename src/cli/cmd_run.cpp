@@ -99,7 +99,7 @@ int run(const RunArgs& a) {
     }
     media.push_back(std::move(m));
   }
-  auto lm = LoadedModel::load(dir, parse_device(g.device));
+  auto lm = LoadedModel::load(dir, device_for_media(parse_device(g.device), !media.empty() || !a.mmproj.empty()));
   if (!a.mmproj.empty()) lm->attach_mmproj(a.mmproj);
   for (const auto& n : lm->notes()) std::fprintf(stderr, "edgegemma: note: %s\n", n.c_str());
   const Tokenizer& tok = lm->tokenizer();

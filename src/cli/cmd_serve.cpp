@@ -166,7 +166,7 @@ int serve(const ServeArgs& a) {
   if (embed_only) return serve_embeddings_only(a, o);
   if (!a.rollback_if.empty() && o.store_name.empty())
     throw Error("--rollback-if needs -m NAME of a model in the store");
-  o.device = parse_device(a.device);
+  o.device = device_for_media(parse_device(a.device), !a.mmproj.empty());
   auto loaded = LoadedModel::load(path, o.device);
   if (!a.mmproj.empty()) loaded->attach_mmproj(a.mmproj);
   o.mmproj = a.mmproj;  // and to every version the store swaps in

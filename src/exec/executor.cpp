@@ -31,6 +31,11 @@ DeviceRequest parse_device(const std::string& s) {
   throw Error("unknown device '" + s + "' (choose auto, cpu or cuda)");
 }
 
+DeviceRequest device_for_media(DeviceRequest r, bool may_have_media) {
+  if (r.automatic && may_have_media) return DeviceRequest{false, Device::CPU};
+  return r;
+}
+
 bool device_compiled_in(Device d) {
   switch (d) {
     case Device::CPU: return true;

@@ -49,6 +49,11 @@ struct DeviceRequest {
 /// choices.
 DeviceRequest parse_device(const std::string& s);
 
+/// `auto` becomes the CPU when images or audio may come (an mmproj attached, media in the
+/// prompt): only the CPU executor takes media embeddings yet (prefill_media). An explicit device
+/// is kept (and media on it are an error that says so).
+DeviceRequest device_for_media(DeviceRequest r, bool may_have_media);
+
 /// True when this build has the device's backend compiled in (CPU: always).
 bool device_compiled_in(Device d);
 
