@@ -12,6 +12,10 @@
 #          -p N / -n N (default 512 / 128), --out FILE (also write the table there).
 # Prints one Markdown table: pp and tg at depth 0 and D for both engines (tok/s, the median over
 # rounds of each call's median) and the ratio edgegemma / llama.cpp. Both use an F16 KV cache.
+# Then the decode roofline: the read bandwidth build/bench/membw_bench measures with the same thread
+# count once per round (median), the weight bytes a generated token reads (`edgegemma inspect
+# --json`, per_token.bytes_checkpoint of our file), bandwidth ÷ bytes, and each engine's tg at
+# depth 0 as a fraction of it. MEMBW=path overrides the probe (skipped when it is not built).
 # Build llama.cpp with ../shared/peers/build-llamacpp.sh (never copy its code: we only run it).
 set -euo pipefail
 caller=$PWD
@@ -47,8 +51,16 @@ if [ -n "${EG:-}" ]; then EG=$(abs "$EG"); else EG=build/edgegemma; fi
 [ -x "$EG" ] || { echo "compare-llamacpp: $EG not built (scripts/setup)" >&2; exit 2; }
 depths="0"; [ "$depth" -gt 0 ] && depths="0 $depth"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+MEMBW=${MEMBW:-build/bench/membw_bench}
+for e in "${entries[@]}"; do
+  "$EG" inspect -m "${e%%=*}" --json > "$work/inspect-$(echo "$e" | md5sum | cut -c1-8).json" 2>/dev/null || true
+done
 
 for ((r = 1; r <= rounds; r++)); do
+  if [ -x "$MEMBW" ]; then
+    echo "round $r/$rounds: read bandwidth ($threads threads)" >&2
+    "$MEMBW" --benchmark_filter="ReadBandwidth/.*/threads:$threads\$" --benchmark_format=json > "$work/bw-$r.json" 2>/dev/null || true
+  fi
   for e in "${entries[@]}"; do
     ours=${e%%=*}; theirs=${e#*=}
     key=$(echo "$e" | md5sum | cut -c1-8)
@@ -104,4 +116,38 @@ for e in entries:
         a, b = med(ours), med(theirs)
         row += [f"{a:.1f}", f"{b:.1f}", f"{a / b:.2f}×" if b == b and b > 0 and a == a else "—"]
     print("| " + " | ".join(row) + " |")
+
+bws = []
+for r in range(1, rounds + 1):
+    try:
+        for b in json.load(open(f"{work}/bw-{r}.json"))["benchmarks"]:
+            bws.append(b["bytes_per_second"])
+    except Exception:
+        pass
+if bws:
+    bw = med(bws)
+    print(f"\nDecode roofline: read bandwidth {bw / 1e9:.1f} GB/s ({threads} threads, membw_bench, median of {len(bws)}); "
+          "bytes per token = weights a generated token reads (our file, as stored)\n")
+    print(f"| file | bytes/token | roofline tok/s | tg{ng} edgegemma | of roofline | tg{ng} llama.cpp | of roofline |")
+    print("|---|---|---|---|---|---|---|")
+    for e in entries:
+        k = key(e)
+        try:
+            per = json.load(open(f"{work}/inspect-{k}.json"))["per_token"]["bytes_checkpoint"]
+        except Exception:
+            continue
+        ours, theirs = [], []
+        for r in range(1, rounds + 1):
+            try:
+                ours += [t["tok_s"]["median"] for t in json.load(open(f"{work}/eg-{k}-0-{r}.json"))["tests"] if t["n_gen"] > 0]
+            except Exception:
+                pass
+            try:
+                theirs += [t["avg_ts"] for t in json.load(open(f"{work}/ll-{k}-{r}.json"))
+                           if t.get("n_depth", 0) == 0 and t["n_gen"] > 0 and t["n_prompt"] == 0]
+            except Exception:
+                pass
+        roof = bw / per
+        a, b = med(ours), med(theirs)
+        print(f"| {os.path.basename(e.split('=')[0].rstrip('/'))} | {per / 1e9:.3f} GB | {roof:.1f} | {a:.1f} | {100 * a / roof:.0f}% | {b:.1f} | {100 * b / roof:.0f}% |")
 EOF
