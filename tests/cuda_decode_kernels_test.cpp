@@ -22,6 +22,8 @@
 //  - gelu_mul_by (gate and up in separate buffers): gelu_mul's bound; act bit-identical.
 #include <gtest/gtest.h>
 
+#include "cuda_test_util.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -44,30 +46,9 @@ namespace {
 
 namespace gpu = eg::cuda;
 
-std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    x = d(rng);
-    if (x == 0.0f) x = 1e-3f;
-  }
-  return v;
-}
-
-template <class T>
-gpu::DeviceBuffer to_device(const std::vector<T>& v) {
-  gpu::DeviceBuffer b(std::max<size_t>(1, v.size() * sizeof(T)));
-  if (!v.empty()) b.upload(v.data(), v.size() * sizeof(T));
-  return b;
-}
-
-template <class T>
-std::vector<T> to_host(const gpu::DeviceBuffer& b, size_t n) {
-  std::vector<T> v(n);
-  b.download(v.data(), n * sizeof(T));
-  return v;
-}
+using cudatest::random_vec;
+using cudatest::to_device;
+using cudatest::to_host;
 
 float max_abs(const std::vector<float>& v) {
   float m = 0.0f;

@@ -21,6 +21,8 @@
 //    |Δ| ≤ u·|ref| + 1.1e-5·R (u = 2^-11 f16, 2^-8 bf16; cuda_decode_kernels_test.cpp's bound).
 #include <gtest/gtest.h>
 
+#include "cuda_test_util.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -42,30 +44,9 @@ namespace {
 
 namespace gpu = eg::cuda;
 
-std::vector<float> random_vec(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    x = d(rng);
-    if (x == 0.0f) x = 1e-3f;
-  }
-  return v;
-}
-
-template <class T>
-gpu::DeviceBuffer to_device(const std::vector<T>& v) {
-  gpu::DeviceBuffer b(std::max<size_t>(1, v.size() * sizeof(T)));
-  if (!v.empty()) b.upload(v.data(), v.size() * sizeof(T));
-  return b;
-}
-
-template <class T>
-std::vector<T> to_host(const gpu::DeviceBuffer& b, size_t n) {
-  std::vector<T> v(n);
-  b.download(v.data(), n * sizeof(T));
-  return v;
-}
+using cudatest::random_vec;
+using cudatest::to_device;
+using cudatest::to_host;
 
 uint16_t round16(float v, gpu::GemmType t) { return t == gpu::GemmType::BF16 ? f32_to_bf16(v) : f32_to_f16(v); }
 float from16(uint16_t b, gpu::GemmType t) { return t == gpu::GemmType::BF16 ? bf16_to_f32(b) : f16_to_f32(b); }

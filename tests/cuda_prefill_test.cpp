@@ -301,6 +301,7 @@ TEST(CudaPrefill, BadOptionsAndInputThrow) {
   EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_PREFILL", "fast"}}), Error);
   EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_PREFILL_WEIGHTS", "all"}}), Error);
   EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_PREFILL_TYPE", "f32"}}), Error);
+  EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_PDL", "yes"}}), Error);
   auto g = gpu_executor(*m, {{"EG_CUDA_PREFILL_CHUNK", "4"}});
   KVCacheOptions ko;
   ko.max_tokens = 8;

@@ -10,6 +10,8 @@
 //    bound; decode_argmax's value equals the device logit at that id.
 #include <gtest/gtest.h>
 
+#include "cuda_test_util.h"
+
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -52,16 +54,7 @@ Q6 make(int64_t rows, int64_t cols, uint32_t seed) {
   return q;
 }
 
-std::vector<float> random_vec(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    x = d(rng);
-    if (x == 0.0f) x = 1e-3f;
-  }
-  return v;
-}
+using cudatest::random_vec;
 
 class CudaQ6K : public ::testing::Test {
  protected:
