@@ -84,7 +84,7 @@ BENCHMARK(BM_QuantMatmul)->Apply(QuantArgs)->UseRealTime();
 // The packed (interleaved) layouts against the row layout, same weights (backend/cpu/packed.h).
 // Args: 0 = Q4_0 / 1 = Q8_0, N, K, T, packed (0/1). N = 262144 is gemma-3's LM head (memory-bound).
 void BM_PackedMatmul(benchmark::State& st) {
-  const DType types[] = {DType::Q4_0, DType::Q8_0, DType::Q6_K, DType::F32};
+  const DType types[] = {DType::Q4_0, DType::Q8_0, DType::Q6_K, DType::F32, DType::BF16};
   const DType t = types[st.range(0)];
   const int64_t N = st.range(1), K = st.range(2), T = st.range(3);
   const bool use_packed = st.range(4) != 0;
@@ -134,6 +134,9 @@ void PackedArgs(benchmark::internal::Benchmark* b) {
     b->Args({3, 8960, 1536, 1, pk});
     b->Args({3, 8960, 1536, 64, pk});
   }
+  // Far larger than any cache, one token: the decode read rate of each layout (Q4_0, Q8_0, BF16).
+  for (int ti : {0, 1, 4}) b->Args({ti, 262144, 1152, 1, 1});
+  b->Args({4, 262144, 1152, 1, 0});
 }
 BENCHMARK(BM_PackedMatmul)->Apply(PackedArgs)->UseRealTime();
 

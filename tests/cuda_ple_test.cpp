@@ -17,6 +17,11 @@
 //    (ops::gelu_tanh_mul): |Δ| ≤ (u + 2.1e-6)·|ref| + 1.1e-7·R (gelu_mul's f32 bound, then the
 //    16-bit rounding of that value, u = 2^-8 bf16, 2^-11 f16). The gate rows have a stride past n (padding NaN) and
 //    the up rows are a layer's slice of the [T, L·P] PLE inputs.
+//  - dequant_rows: bit-exact against the host's expansion of the same stored rows
+//    (quant::dequantize_row / cpu::to_f32, then one f32 multiply by the scale), for every dtype it
+//    takes (Q4_0, Q8_0, Q6_K, F16, BF16, F32), rows quantized from random normal values by
+//    quant::quantize_row plus F16/BF16 subnormals; the rows come through a PinnedBuffer whose
+//    upload is fenced by an Event before the buffer is rewritten for a second call.
 //  - convert_rows: bit-exact round-to-nearest-even: a table of hand-derived cases (ties to even
 //    at both types' rounding points, f16 subnormals and overflow to inf, bf16 overflow at
 //    FLT_MAX, ±0, ±inf) and random f32 bit patterns over the exponents 2^-31..2^32, against
@@ -34,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/kernels.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/decode_kernels.h"
 #include "backend/cuda/ple.h"
@@ -41,6 +47,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "ops/ops.h"
+#include "quant/quant.h"
 
 namespace eg {
 namespace {
@@ -272,7 +279,71 @@ TEST_F(CudaPle, ConvertRowsRoundsToNearestEven) {
   }
 }
 
+// T rows of n values of dtype t, stored as a model file holds them (row after row).
+std::vector<uint8_t> stored_rows(DType t, int T, int64_t n, uint32_t seed) {
+  const std::vector<float> v = random_vec(static_cast<size_t>(T * n), seed, 0.7f);
+  const size_t rb = dtype_row_bytes(t, n);
+  std::vector<uint8_t> out(rb * T);
+  for (int r = 0; r < T; ++r) {
+    const float* x = v.data() + static_cast<size_t>(r) * n;
+    uint8_t* o = out.data() + static_cast<size_t>(r) * rb;
+    if (is_quantized(t)) {
+      quant::quantize_row(t, x, n, o);
+    } else if (t == DType::F32) {
+      std::memcpy(o, x, rb);
+    } else {
+      for (int64_t i = 0; i < n; ++i) {
+        uint16_t b = t == DType::BF16 ? f32_to_bf16(x[i]) : f32_to_f16(x[i]);
+        if (i % 17 == 3) b = static_cast<uint16_t>(1 + i % 5);  // subnormals of both types
+        std::memcpy(o + 2 * i, &b, 2);
+      }
+    }
+  }
+  return out;
+}
+
+TEST_F(CudaPle, DequantRowsMatchTheHostBitForBit) {
+  const int T = 5;
+  const float scale = 16.0f * 1.0001f;  // not a power of two: the product rounds
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::Q6_K, DType::F16, DType::BF16, DType::F32}) {
+    const int64_t n = 768;
+    ASSERT_TRUE(gpu::dequant_rows_supports(t, n)) << dtype_name(t);
+    const size_t rb = dtype_row_bytes(t, n);
+    gpu::PinnedBuffer stage(rb * T);
+    gpu::DeviceBuffer rows(rb * T), out(static_cast<size_t>(T * n) * 4);
+    gpu::Event uploaded;
+    for (uint32_t call = 0; call < 2; ++call) {
+      const std::vector<uint8_t> host = stored_rows(t, T, n, 40 + call + 10 * static_cast<uint32_t>(t));
+      uploaded.wait();  // the previous upload has read the staging buffer
+      std::memcpy(stage.data(), host.data(), host.size());
+      gpu::copy_to_device_async(s(), rows.data(), stage.data(), host.size());
+      uploaded.record(s());
+      gpu::dequant_rows(s(), t, rows.data(), T, n, scale, out.as<float>());
+      s().sync();
+      const std::vector<float> got = to_host<float>(out, static_cast<size_t>(T * n));
+      std::vector<float> want(static_cast<size_t>(n));
+      for (int r = 0; r < T; ++r) {
+        cpu::to_f32(host.data() + static_cast<size_t>(r) * rb, t, static_cast<size_t>(n), want.data());
+        for (int64_t i = 0; i < n; ++i) {
+          const float w = want[i] * scale;
+          ASSERT_EQ(std::memcmp(&got[r * n + i], &w, 4), 0)
+              << dtype_name(t) << " call " << call << " row " << r << " value " << i << ": " << got[r * n + i] << " vs " << w;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(CudaPle, BadArgumentsThrow) {
+  {
+    gpu::DeviceBuffer a(1 << 16), b(1 << 16);
+    EXPECT_FALSE(gpu::dequant_rows_supports(DType::Q4_K, 256));
+    EXPECT_FALSE(gpu::dequant_rows_supports(DType::Q6_K, 288));
+    EXPECT_FALSE(gpu::dequant_rows_supports(DType::Q8_0, 48));
+    EXPECT_THROW(gpu::dequant_rows(s(), DType::Q4_K, a.data(), 1, 256, 1.0f, b.as<float>()), Error);
+    EXPECT_THROW(gpu::dequant_rows(s(), DType::Q6_K, a.data(), 1, 288, 1.0f, b.as<float>()), Error);
+    EXPECT_THROW(gpu::dequant_rows(s(), DType::Q8_0, a.data(), 0, 256, 1.0f, b.as<float>()), Error);
+  }
   gpu::DeviceBuffer a(4096), b(4096);
   // The 16-bit outputs do not take F32 (prefill.h).
   EXPECT_THROW(gpu::convert_rows(s(), 2, 64, a.as<const float>(), gpu::GemmType::F32, b.data()), Error);

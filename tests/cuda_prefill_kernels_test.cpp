@@ -186,6 +186,11 @@ TEST(CudaPrefillKernels, AttentionMatchesFloat64) {
       {2, 2, 96, 40, 9, 100, 0.0f, gpu::KVElem::F32},    // head_dim 96 (lanes past hd idle), window
       {2, 1, 512, 0, 33, 3, 30.0f, gpu::KVElem::F16},    // head_dim 512
       {1, 1, 128, 0, 1, 0, 0.0f, gpu::KVElem::F32},      // one query, one key
+      // Long enough key ranges for split keys (run with and without the scratch below):
+      {4, 1, 256, 0, 300, 200, 0.0f, gpu::KVElem::F16},  // 500 keys: 4 spans of 128
+      {2, 1, 256, 100, 300, 0, 0.0f, gpu::KVElem::F16},  // window 100: tiles whose first span is not 0
+      {2, 1, 512, 60, 150, 400, 20.0f, gpu::KVElem::BF16},  // window at depth: keys 341..549
+      {8, 2, 128, 0, 1, 700, 0.0f, gpu::KVElem::F32},    // one query after 700 keys
   };
   for (const AttnCase& c : cases) {
     const int P = c.pos0 + c.T;  // keys 0..P-1 in the cache
@@ -215,11 +220,19 @@ TEST(CudaPrefillKernels, AttentionMatchesFloat64) {
     a.window = c.window;
     a.kv = c.kv;
     gpu::DeviceBuffer dq = to_device(q), dout(static_cast<size_t>(c.T) * c.nh * c.hd * 2);
+    gpu::DeviceBuffer dout_split(dout.bytes()), scratch(gpu::attention_prefill_scratch_bytes(a, c.T));
     gpu::attention_prefill(s, a, c.T, c.pos0, dq.as<const float>(), dk.data(), dv.data(), gpu::GemmType::F16,
                            dout.data());
+    gpu::attention_prefill(s, a, c.T, c.pos0, dq.as<const float>(), dk.data(), dv.data(), gpu::GemmType::F16,
+                           dout_split.data(), scratch.data(), scratch.bytes());
+    const int splits = gpu::attention_prefill_splits(s, a, c.T, c.pos0, scratch.bytes());
+    EXPECT_EQ(gpu::attention_prefill_splits(s, a, c.T, c.pos0, scratch.bytes() - 1), 1) << "scratch too small";
+    if (c.pos0 + c.T - (c.window > 0 ? std::max(0, c.pos0 - c.window + 1) : 0) > 128)
+      EXPECT_GT(splits, 1) << "T " << c.T << " pos0 " << c.pos0 << ": the split path is not exercised";
     s.sync();
-    const std::vector<uint16_t> out = to_host<uint16_t>(dout, static_cast<size_t>(c.T) * c.nh * c.hd);
-    std::vector<double> ref(out.size());
+    const std::vector<uint16_t> out0 = to_host<uint16_t>(dout, static_cast<size_t>(c.T) * c.nh * c.hd);
+    const std::vector<uint16_t> out1 = to_host<uint16_t>(dout_split, out0.size());
+    std::vector<double> ref(out0.size());
     double R = 0.0;
     for (int t = 0; t < c.T; ++t)
       for (int h = 0; h < c.nh; ++h) {
@@ -245,9 +258,11 @@ TEST(CudaPrefillKernels, AttentionMatchesFloat64) {
           R = std::max(R, std::fabs(o / L));
         }
       }
-    for (size_t i = 0; i < out.size(); ++i)
-      ASSERT_LE(std::fabs(f16_to_f32(out[i]) - ref[i]), std::ldexp(std::fabs(ref[i]), -10) + 1e-5 * R)
-          << "nh " << c.nh << " hd " << c.hd << " window " << c.window << " T " << c.T << " at " << i;
+    for (const std::vector<uint16_t>* out : {&out0, &out1})
+      for (size_t i = 0; i < out->size(); ++i)
+        ASSERT_LE(std::fabs(f16_to_f32((*out)[i]) - ref[i]), std::ldexp(std::fabs(ref[i]), -10) + 1e-5 * R)
+            << "nh " << c.nh << " hd " << c.hd << " window " << c.window << " T " << c.T << " at " << i
+            << (out == &out1 ? " (split keys, " + std::to_string(splits) + " spans)" : std::string(" (unsplit)"));
   }
 }
 

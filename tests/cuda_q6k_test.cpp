@@ -129,7 +129,9 @@ TEST_F(CudaQ6K, MatvecAndLmHeadMatchFloat64) {
     std::partial_sort(order.begin(), order.begin() + 2, order.end(), [&](int64_t a, int64_t b) { return capped[a] > capped[b]; });
     ASSERT_GE(am.id, 0);
     EXPECT_EQ(am.value, got[am.id]);
-    if (capped[order[0]] - capped[order[1]] > 2e-5 * (mag[order[0]] + mag[order[1]]) + 2e-6 * cap) EXPECT_EQ(am.id, order[0]);
+    if (capped[order[0]] - capped[order[1]] > 2e-5 * (mag[order[0]] + mag[order[1]]) + 2e-6 * cap) {
+      EXPECT_EQ(am.id, order[0]);
+    }
   }
 }
 

@@ -59,16 +59,15 @@ struct TestResult {
 };
 
 // Seconds of one run: prefill `depth` tokens untimed, then either a timed prefill of n_prompt
-// tokens (one forward call) or n_gen timed single-token decode steps.
-double run_once(const StepExecutor& e, KVType kv_type, int depth, int n_prompt, int n_gen, std::mt19937& rng, int vocab) {
+// tokens (one forward call) or n_gen timed single-token decode steps. The KV cache and the
+// workspace (scratch buffers, GEMM plans, captured graphs) are the test's, made once and reused by
+// the warm-up and every repetition; each run starts from an emptied cache. A session reuses its
+// own the same way, and llama-bench its context; fresh ones per run would time their allocation
+// and graph capture (~2 ms of a 512-token GPU prefill).
+double run_once(const StepExecutor& e, KVCache& kv, StepWorkspace& s, int depth, int n_prompt, int n_gen,
+                std::mt19937& rng, int vocab) {
   std::uniform_int_distribution<int32_t> tok(0, vocab - 1);
-  KVCacheOptions ko;
-  ko.type = kv_type;
-  ko.max_tokens = depth + std::max(n_prompt, n_gen);
-  std::unique_ptr<KVCache> kv_owner = e.new_kv_cache(ko);
-  KVCache& kv = *kv_owner;
-  std::unique_ptr<StepWorkspace> ws = e.new_workspace();
-  StepWorkspace& s = *ws;
+  kv.clear();
   std::vector<float> logits;
   if (depth > 0) {
     std::vector<int32_t> ctx(depth);
@@ -159,12 +158,17 @@ int run_bench(const BenchArgs& a) {
   for (TestResult& t : tests) {
     std::fprintf(stderr, "bench: %s: warm-up", t.name.c_str());
     std::fflush(stderr);
-    run_once(exec, kv_type, a.depth, t.n_prompt, t.n_gen, rng, vocab);
+    KVCacheOptions ko;
+    ko.type = kv_type;
+    ko.max_tokens = a.depth + std::max(t.n_prompt, t.n_gen);
+    const std::unique_ptr<KVCache> kv = exec.new_kv_cache(ko);
+    const std::unique_ptr<StepWorkspace> ws = exec.new_workspace();
+    run_once(exec, *kv, *ws, a.depth, t.n_prompt, t.n_gen, rng, vocab);
     if (t.n_prompt > 0 && cold_ttft_ms < 0) cold_ttft_ms = ms_since_process_start();
     for (int r = 0; r < a.reps; ++r) {
       std::fprintf(stderr, ", %d", r + 1);
       std::fflush(stderr);
-      t.seconds.push_back(run_once(exec, kv_type, a.depth, t.n_prompt, t.n_gen, rng, vocab));
+      t.seconds.push_back(run_once(exec, *kv, *ws, a.depth, t.n_prompt, t.n_gen, rng, vocab));
     }
     std::fprintf(stderr, "\n");
   }

@@ -58,8 +58,37 @@ struct PrefillScratch {
   int tokens = 0;
   std::unique_ptr<gpu::Gemm> gemm;
   gpu::DeviceBuffer ids, x, proj, h16, qkv, q, gu, w16, result;
+  gpu::DeviceBuffer attn_part;     // attention_prefill's split scratch (partial softmax sums)
   gpu::DeviceBuffer ple, ple_tok;  // Gemma 4 PLE inputs [tokens, L·P] and their token part
-  std::vector<float> ple_host;
+  std::vector<float> ple_host;     // ... the token part gathered on the host (dtypes dequant_rows lacks)
+  // The chunk's rows of E_ple as stored, staged in pinned memory for the upload (ple.h).
+  gpu::PinnedBuffer ple_stage;
+  gpu::DeviceBuffer ple_rows;
+  gpu::Event ple_staged;  // recorded after the upload: ple_stage may be rewritten once it is reached
+  // EG_CUDA_TIMING=3: device ms of each prefill stage (events between stages), summed over chunks.
+  static constexpr int kStages = 7;
+  double stage_ms[kStages] = {};
+  int64_t profiled_tokens = 0;
+  std::vector<gpu::Event> marks;
+  std::vector<int> mark_stage;
+  void mark(const gpu::Stream& s, int stage) {  // the work enqueued since the last mark was `stage`
+    marks.emplace_back();
+    marks.back().record(s);
+    mark_stage.push_back(stage);
+  }
+  bool first_chunk_done = false;  // the first chunk (allocations, GEMM plans) is not profiled
+  void flush_marks(int T) {
+    if (!first_chunk_done) {
+      first_chunk_done = true;
+      marks.clear();
+      mark_stage.clear();
+      return;
+    }
+    for (size_t i = 1; i < marks.size(); ++i) stage_ms[mark_stage[i]] += gpu::Event::ms_between(marks[i - 1], marks[i]);
+    profiled_tokens += T;
+    marks.clear();
+    mark_stage.clear();
+  }
 };
 
 struct CudaKV final : KVCache::DeviceState {
@@ -80,6 +109,15 @@ struct CudaWorkspace final : StepWorkspace {
       std::fprintf(stderr, "cuda profile (%lld eager steps, us/step, each kernel timed alone):", static_cast<long long>(profiled_steps));
       for (int i = 0; i < kGroups; ++i) std::fprintf(stderr, " %s %.1f;", names[i], 1e3 * group_ms[i] / static_cast<double>(profiled_steps));
       std::fprintf(stderr, " total %.1f\n", 1e3 * total / static_cast<double>(profiled_steps));
+    }
+    if (pf.profiled_tokens > 0) {
+      static const char* names[PrefillScratch::kStages] = {"embed+ple inputs", "dequant", "gemm", "q/k norm+rope+kv",
+                                                           "attention", "norms+gelu rows", "lm head"};
+      double total = 0.0;
+      for (double g : pf.stage_ms) total += g;
+      std::fprintf(stderr, "cuda prefill profile (%lld tokens, ms, EG_CUDA_TIMING=3):", static_cast<long long>(pf.profiled_tokens));
+      for (int i = 0; i < PrefillScratch::kStages; ++i) std::fprintf(stderr, " %s %.2f;", names[i], pf.stage_ms[i]);
+      std::fprintf(stderr, " total %.2f\n", total);
     }
     if (timed_steps > 0)
       std::fprintf(stderr, "cuda: %lld graph replays, %.1f us of GPU time each (EG_CUDA_TIMING)\n",
@@ -396,10 +434,17 @@ class CudaExecutor final : public StepExecutor {
   }
 
   // Gemma 4 PLE inputs of T rows into ple_dev [T, L·P] from x0_dev [T, H] (the scaled embedding)
-  // and tok_dev (ple_token_rows, uploaded): the context projection, then ple_combine. T > 1 takes
-  // the GEMM (gemm: the chunk's cuBLAS handle; x16: scratch for a 16-bit copy of x0).
+  // and tok_dev (E_ple[id]·√P on the device): the context projection (ple_context), then
+  // ple_combine. T > 1 takes the GEMM (gemm: the chunk's cuBLAS handle; x16: scratch for a 16-bit
+  // copy of x0). The prefill runs the two halves apart, the host's row gather in between.
   void ple_inputs(const gpu::Stream& s, int T, const float* x0_dev, void* act, const float* tok_dev, float* ple_dev,
                   const gpu::Gemm* gemm, void* x16, void* w16) const {
+    ple_context(s, T, x0_dev, act, ple_dev, gemm, x16, w16);
+    ple_mix(s, T, tok_dev, ple_dev);
+  }
+  // ple_dev ← x0·W_plmpᵀ (the PLE inputs' context part, before the norm and the mix).
+  void ple_context(const gpu::Stream& s, int T, const float* x0_dev, void* act, float* ple_dev, const gpu::Gemm* gemm,
+                   void* x16, void* w16) const {
     const int64_t H = cfg_.hidden_size;
     if (ple_raw_.data()) {
       if (gemm) gemm->run(gpu::GemmType::F32, ple_raw_.data(), ple_LP_, H, x0_dev, T, ple_dev, ple_LP_);
@@ -412,6 +457,10 @@ class CudaExecutor final : public StepExecutor {
       if (is_quantized(ple_tiled_.dtype)) gpu::quantize_act(s, x0_dev, H, act);
       gpu::matvec(s, ple_tiled_, x0_dev, act, ple_dev);
     }
+  }
+  // ple_dev ← (rmsnorm(ple_dev·H^-½) + tok)·2^-½ per layer slice (ple_combine).
+  void ple_mix(const gpu::Stream& s, int T, const float* tok_dev, float* ple_dev) const {
+    const int64_t H = cfg_.hidden_size;
     gpu::ple_combine(s, T, cfg_.n_layers, cfg_.ple_dim, ple_dev, tok_dev, ple_norm_.as<const float>(),
                      static_cast<float>(std::pow(static_cast<double>(H), -0.5)), cfg_.rms_norm_eps,
                      static_cast<float>(std::pow(2.0, -0.5)));
@@ -503,9 +552,16 @@ class CudaExecutor final : public StepExecutor {
     const std::string ty = env("EG_CUDA_PREFILL_TYPE");
     if (!ty.empty() && ty != "bf16" && ty != "f16") throw Error("EG_CUDA_PREFILL_TYPE must be bf16 or f16, not '" + ty + "'");
     pf_type_ = ty == "f16" ? gpu::GemmType::F16 : gpu::GemmType::BF16;
+    const std::string as = env("EG_CUDA_PREFILL_ATTN_SPLIT");
+    if (!as.empty() && as != "0" && as != "1") throw Error("EG_CUDA_PREFILL_ATTN_SPLIT must be 0 or 1, not '" + as + "'");
+    pf_attn_split_ = as != "0";
   }
 
   void ensure_prefill_scratch(CudaWorkspace& w, int n) const;
+
+  // p.ple_tok [T, L·P] ← E_ple[tokens[t]]·√P: the rows as stored, staged and expanded on the
+  // device (dequant_rows), or gathered on the host as ple_token_rows for a dtype it lacks.
+  void upload_ple_token_rows(const int32_t* tokens, int T, PrefillScratch& p, const gpu::Stream& s) const;
 
   // y[t·ldy + n] = W·x_t: W's 16-bit copy (once) or W dequantized into the scratch now.
   void gemm(CudaWorkspace& w, const DevLayer& d, const gpu::DeviceWeight& W, const void* x16, int T, float* y,
@@ -598,7 +654,9 @@ class CudaExecutor final : public StepExecutor {
   bool pf_once_ = false;
   size_t pf_once_bytes_ = 0;  // the 16-bit weight copies of EG_CUDA_PREFILL_WEIGHTS=once
   gpu::GemmType pf_type_ = gpu::GemmType::BF16;
-  int timing_ = 0;  // EG_CUDA_TIMING: 1 = GPU time per graph replay, 2 = eager per-kernel-group profile
+  bool pf_attn_split_ = true;  // attention_prefill splits a chunk's keys (EG_CUDA_PREFILL_ATTN_SPLIT=0: never)
+  int timing_ = 0;  // EG_CUDA_TIMING: 1 = GPU time per graph replay, 2 = eager per-kernel-group profile,
+                  // 3 = prefill stage profile
   gpu::DeviceWeight embed_;
   gpu::DeviceBuffer final_norm_;
   bool gemma4_ = false;

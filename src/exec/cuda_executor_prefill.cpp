@@ -1,7 +1,9 @@
 // The CUDA executor's GEMM prefill (cuda_executor_impl.h, docs/cuda.md "GEMM prefill"): chunks
 // of T tokens through 16-bit tensor-core GEMMs and the row / attention kernels of prefill.h.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <string>
 
@@ -29,13 +31,43 @@ void CudaExecutor::ensure_prefill_scratch(CudaWorkspace& w, int n) const {
         if (W->rows > 0) mx = std::max(mx, gpu::dequant_bytes(*W));
     p.w16 = gpu::DeviceBuffer(mx);
   }
+  {
+    size_t ab = 0;  // the largest layer's split scratch (EG_CUDA_PREFILL_ATTN_SPLIT=0: none, unsplit)
+    for (const LayerConfig& lc : cfg_.layers)
+      ab = std::max(ab, gpu::attention_prefill_scratch_bytes(attn_args(lc, gpu::KVElem::F16, 1), n));
+    if (pf_attn_split_) p.attn_part = gpu::DeviceBuffer(ab);
+  }
   if (ple_LP_ > 0) {
     p.ple = gpu::DeviceBuffer(static_cast<size_t>(C * ple_LP_) * 4);
     p.ple_tok = gpu::DeviceBuffer(static_cast<size_t>(C * ple_LP_) * 4);
+    const DType et = m_.weights().ple_embed.dtype;
+    if (gpu::dequant_rows_supports(et, ple_LP_)) {
+      p.ple_staged.wait();  // an earlier chunk's upload may still read the old staging buffer
+      p.ple_stage = gpu::PinnedBuffer(static_cast<size_t>(C) * dtype_row_bytes(et, ple_LP_));
+      p.ple_rows = gpu::DeviceBuffer(p.ple_stage.bytes());
+    }
   }
   if (!p.result.data()) p.result = gpu::DeviceBuffer(8);
   if (!p.gemm) p.gemm = std::make_unique<gpu::Gemm>(w.stream);
   p.tokens = n;
+}
+
+void CudaExecutor::upload_ple_token_rows(const int32_t* tokens, int T, PrefillScratch& p, const gpu::Stream& s) const {
+  const ops::Weight& E = m_.weights().ple_embed;
+  if (!gpu::dequant_rows_supports(E.dtype, ple_LP_)) {
+    ple_token_rows(tokens, T, p.ple_host);
+    gpu::copy_to_device_async(s, p.ple_tok.data(), p.ple_host.data(), p.ple_host.size() * 4);
+    return;
+  }
+  const size_t rb = dtype_row_bytes(E.dtype, ple_LP_);
+  auto* stage = static_cast<uint8_t*>(p.ple_stage.data());
+  const auto* table = static_cast<const uint8_t*>(E.data);
+  p.ple_staged.wait();  // the previous chunk's upload has read the staging buffer
+  for (int t = 0; t < T; ++t) std::memcpy(stage + static_cast<size_t>(t) * rb, table + static_cast<size_t>(tokens[t]) * rb, rb);
+  gpu::copy_to_device_async(s, p.ple_rows.data(), stage, static_cast<size_t>(T) * rb);
+  p.ple_staged.record(s);
+  gpu::dequant_rows(s, E.dtype, p.ple_rows.data(), T, ple_LP_,
+                    static_cast<float>(std::sqrt(static_cast<double>(cfg_.ple_dim))), p.ple_tok.as<float>());
 }
 
 void CudaExecutor::gemm(CudaWorkspace& w, const DevLayer& d, const gpu::DeviceWeight& W, const void* x16, int T, float* y,
@@ -46,8 +78,10 @@ void CudaExecutor::gemm(CudaWorkspace& w, const DevLayer& d, const gpu::DeviceWe
   if (!w16) {
     gpu::dequant_weight(w.stream, W, pf_type_, w.pf.w16.data());
     w16 = w.pf.w16.data();
+    if (timing_ == 3) w.pf.mark(w.stream, 1);
   }
   w.pf.gemm->run(pf_type_, w16, W.rows, W.cols, x16, T, y, ldy);
+  if (timing_ == 3) w.pf.mark(w.stream, 2);
 }
 
 void CudaExecutor::prefill_chunk(const int32_t* tokens, int T, KVCache& kv, CudaKV& st, CudaWorkspace& w, float* logits_out,
@@ -64,14 +98,20 @@ void CudaExecutor::prefill_chunk(const int32_t* tokens, int T, KVCache& kv, Cuda
   float* qkv = p.qkv.as<float>();
   float* gu = p.gu.as<float>();
   void* h16 = p.h16.data();
+  // EG_CUDA_TIMING=3: events between the stages (PrefillScratch::kStages), the stage of the work
+  // since the previous mark; gemm() marks its dequantization (1) and GEMM (2) itself.
+  const auto mark = [&](int stage) {
+    if (timing_ == 3) p.mark(s, stage);
+  };
+  mark(0);
   gpu::copy_to_device_async(s, p.ids.data(), tokens, static_cast<size_t>(T) * 4);
   gpu::embed_rows(s, embed_, p.ids.as<const int32_t>(), T, embed_scale_, x);
-  if (ple_LP_ > 0) {  // Gemma 4 PLE inputs of the chunk (the token part gathered on the host)
-    ple_token_rows(tokens, T, p.ple_host);
-    gpu::copy_to_device_async(s, p.ple_tok.data(), p.ple_host.data(), p.ple_host.size() * 4);
-    ple_inputs(s, T, x, nullptr, p.ple_tok.as<const float>(), p.ple.as<float>(), p.gemm.get(), h16, p.w16.data());
-  }
+  // Gemma 4 PLE inputs of the chunk: the context part now (it reads the embedding, which layer 0
+  // updates in place); the token rows and the mix in layer 0, before its PLE gate, so that the
+  // host copies the rows while the GPU runs layer 0.
+  if (ple_LP_ > 0) ple_context(s, T, x, nullptr, p.ple.as<float>(), p.gemm.get(), h16, p.w16.data());
   gpu::norm_rows(s, T, H, x, layers_[0].input_norm.as<const float>(), off, eps, ty, h16);
+  mark(0);
   for (int li = 0; li < cfg_.n_layers; ++li) {
     const LayerConfig& lc = cfg_.layers[li];
     const DevLayer& d = layers_[li];
@@ -84,12 +124,15 @@ void CudaExecutor::prefill_chunk(const int32_t* tokens, int T, KVCache& kv, Cuda
       if (d.v.rows > 0) gemm(w, d, d.v, h16, T, qkv + qn + kn, wq);
     }
     gpu::qk_rope_kv_rows(s, qkv_args(lc, d, st.elem), T, pos0, qkv, p.q.as<float>(), st.k[li].data(), st.v[li].data());
+    mark(3);
     const int kl = d.kv_layer;  // itself, or the source of a KV-shared layer (written above it)
     gpu::attention_prefill(s, attn_args(lc, st.elem, 1), T, pos0, p.q.as<const float>(), st.k[kl].data(),
-                           st.v[kl].data(), ty, h16);
+                           st.v[kl].data(), ty, h16, p.attn_part.data(), p.attn_part.bytes());
+    mark(4);
     gemm(w, d, d.o, h16, T, proj, H);
     gpu::residual_norm_rows(s, T, H, x, proj, d.post_attn_norm.as<const float>(), d.pre_ffw_norm.as<const float>(),
                             off, eps, ty, h16);
+    mark(5);
     const int64_t I = lc.intermediate_size;
     if (d.gu.rows > 0) {
       gemm(w, d, d.gu, h16, T, gu, 2 * I);
@@ -98,6 +141,7 @@ void CudaExecutor::prefill_chunk(const int32_t* tokens, int T, KVCache& kv, Cuda
       gemm(w, d, d.up, h16, T, gu + I, 2 * I);
     }
     gpu::gelu_mul_rows(s, T, I, gu, fused_ ? gpu::GateUpLayout::Interleaved : gpu::GateUpLayout::Stacked, ty, h16);
+    mark(5);
     gemm(w, d, d.down, h16, T, proj, H);
     if (gemma4_) {
       // x += rmsnorm(down; post_ffw); the PLE gate (E2B, E4B); x ·= layer scalar; the next
@@ -106,18 +150,27 @@ void CudaExecutor::prefill_chunk(const int32_t* tokens, int T, KVCache& kv, Cuda
       if (ple_LP_ > 0) {
         const int64_t P = cfg_.ple_dim;
         gpu::residual_norm_rows(s, T, H, x, proj, d.post_ffw_norm.as<const float>(), nullptr, off, eps, ty, h16);
+        mark(5);
+        if (li == 0) {
+          upload_ple_token_rows(tokens, T, p, s);
+          ple_mix(s, T, p.ple_tok.as<const float>(), p.ple.as<float>());
+          mark(0);
+        }
         gemm(w, d, d.ple_gate, h16, T, gu, P);
         gpu::gelu_mul_rows_by(s, T, P, gu, P, p.ple.as<const float>() + static_cast<int64_t>(li) * P, ple_LP_, ty, h16);
+        mark(5);
         gemm(w, d, d.ple_proj, h16, T, proj, H);
         gpu::residual_norm_rows(s, T, H, x, proj, d.ple_post_norm.as<const float>(), next, off, eps, ty, h16, d.scalar);
       } else {
         gpu::residual_norm_rows(s, T, H, x, proj, d.post_ffw_norm.as<const float>(), next, off, eps, ty, h16, d.scalar);
       }
+      mark(5);
       continue;
     }
     if (li + 1 < cfg_.n_layers)
       gpu::residual_norm_rows(s, T, H, x, proj, d.post_ffw_norm.as<const float>(),
                               layers_[li + 1].input_norm.as<const float>(), off, eps, ty, h16);
+    mark(5);
   }
   // LM head: the decode step's (residual + post-ffw norm + final norm stage) on each wanted row.
   // Gemma 4: x is complete (PLE, scalar), so only the final norm.
@@ -149,6 +202,10 @@ void CudaExecutor::prefill_chunk(const int32_t* tokens, int T, KVCache& kv, Cuda
     gpu::lm_head_argmax_fused(s, embed_, in, cfg_.final_softcap, p.result.as<uint64_t>(), w.logits.as<float>());
     gpu::copy_to_host_async(s, logits_out + (all ? static_cast<size_t>(t) * V : 0), w.logits.data(),
                             static_cast<size_t>(V) * 4);
+  }
+  if (timing_ == 3) {
+    mark(6);
+    p.flush_marks(T);
   }
   // Host bookkeeping (begin_append must not cross a page): the device rows are written above.
   const int P = kv.options().page_tokens;

@@ -1,4 +1,5 @@
-// Device query, streams, device buffers, graphs and event timers (cuda_backend.h).
+// Device query, streams, device and pinned host buffers, graphs, events and event timers
+// (cuda_backend.h).
 #include <atomic>
 #include <utility>
 
@@ -175,6 +176,59 @@ float EventTimer::elapsed_ms() {
   EG_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(end_)));
   float ms = 0.0f;
   EG_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(begin_), static_cast<cudaEvent_t>(end_)));
+  return ms;
+}
+
+PinnedBuffer::PinnedBuffer(size_t bytes) : bytes_(bytes) {
+  if (bytes > 0) EG_CUDA_CHECK(cudaHostAlloc(&ptr_, bytes, cudaHostAllocDefault));
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (ptr_) cudaFreeHost(ptr_);
+}
+
+PinnedBuffer::PinnedBuffer(PinnedBuffer&& o) noexcept
+    : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
+  if (this != &o) {
+    if (ptr_) cudaFreeHost(ptr_);
+    ptr_ = std::exchange(o.ptr_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
+Event::Event() {
+  cudaEvent_t e = nullptr;
+  EG_CUDA_CHECK(cudaEventCreate(&e));
+  ev_ = e;
+}
+
+Event::~Event() {
+  if (ev_) cudaEventDestroy(static_cast<cudaEvent_t>(ev_));
+}
+
+Event::Event(Event&& o) noexcept : ev_(std::exchange(o.ev_, nullptr)) {}
+
+Event& Event::operator=(Event&& o) noexcept {
+  if (this != &o) {
+    if (ev_) cudaEventDestroy(static_cast<cudaEvent_t>(ev_));
+    ev_ = std::exchange(o.ev_, nullptr);
+  }
+  return *this;
+}
+
+void Event::record(const Stream& s) {
+  EG_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(ev_), stream_of(s.handle())));
+}
+
+void Event::wait() const { EG_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(ev_))); }
+
+float Event::ms_between(const Event& a, const Event& b) {
+  b.wait();
+  float ms = 0.0f;
+  EG_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(a.ev_), static_cast<cudaEvent_t>(b.ev_)));
   return ms;
 }
 

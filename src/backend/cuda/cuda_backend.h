@@ -80,6 +80,46 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+/// Page-locked host memory (cudaHostAlloc), for staging host → device copies: a copy from it is
+/// truly asynchronous (copy_to_device_async returns before the bytes are read, unlike one from
+/// pageable memory, and it runs at the full link rate), so the host must not rewrite the bytes
+/// until the copy has run (Event::wait on an event recorded after it). Move-only.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(size_t bytes);
+  ~PinnedBuffer();
+  PinnedBuffer(PinnedBuffer&& o) noexcept;
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  void* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+/// A CUDA event (timing enabled). record(s) marks the point the work enqueued on s so far will
+/// reach; wait() blocks the host until it is reached (at once if never recorded). Move-only.
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(Event&& o) noexcept;
+  Event& operator=(Event&& o) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void record(const Stream& s);
+  void wait() const;
+  /// Device milliseconds from a to b (both recorded on one stream; waits for b).
+  static float ms_between(const Event& a, const Event& b);
+
+ private:
+  void* ev_ = nullptr;
+};
+
 // ---- Weights --------------------------------------------------------------------------------
 
 /// Rows per tile of the GPU weight layout.

@@ -1,6 +1,7 @@
 // Gemma 4 per-layer-embedding kernels (ple.h): the f32 matvec of per_layer_model_projection, the
 // combine of the context and token parts, the PLE gate's GELU·up rows and an f32 → 16-bit row
-// conversion. The formulas and roundings are blocks::ple_inputs / ple_block's (model/ple.cpp).
+// conversion, and the dequantization of the token rows the host uploads. The formulas and roundings
+// are blocks::ple_inputs / ple_block's (model/ple.cpp) and quant::dequantize_row's.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -8,6 +9,7 @@
 
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/ple.h"
+#include "backend/cuda/q6k_device.cuh"
 
 namespace eg::cuda {
 namespace {
@@ -106,6 +108,34 @@ __global__ void convert_rows_kernel(const float* x, int64_t n, int t, uint16_t* 
   h[k] = to16(x[k], t);
 }
 
+// Grid (ceil(n/256), T): value e of row t (row_bytes apart), as quant::dequantize_row / to_f32.
+__global__ void dequant_rows_kernel(const uint8_t* rows, size_t row_bytes, int dt, int64_t n, float scale, float* out) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= n) return;
+  const uint8_t* r = rows + static_cast<size_t>(blockIdx.y) * row_bytes;
+  float v;
+  if (dt == static_cast<int>(DType::Q6_K)) {
+    v = q6k_value(r + static_cast<size_t>(e / 256) * kQ6KBlockBytes, static_cast<int>(e % 256));
+  } else if (dt == static_cast<int>(DType::Q8_0) || dt == static_cast<int>(DType::Q4_0)) {
+    const bool q8 = dt == static_cast<int>(DType::Q8_0);
+    const uint8_t* b = r + static_cast<size_t>(e / 32) * (q8 ? 34 : 18);  // {f16 d, codes}
+    const float d = __half2float(__ushort_as_half(static_cast<uint16_t>(b[0] | (b[1] << 8))));
+    const int j = static_cast<int>(e % 32);
+    if (q8) {
+      v = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
+    } else {
+      const uint8_t c = b[2 + (j & 15)];
+      v = static_cast<float>((j < 16 ? (c & 0xF) : (c >> 4)) - 8) * d;
+    }
+  } else if (dt == static_cast<int>(DType::F32)) {
+    v = reinterpret_cast<const float*>(r)[e];
+  } else {
+    const uint16_t h = static_cast<uint16_t>(r[2 * e] | (r[2 * e + 1] << 8));
+    v = dt == static_cast<int>(DType::F16) ? __half2float(__ushort_as_half(h)) : __uint_as_float(static_cast<unsigned>(h) << 16);
+  }
+  out[static_cast<int64_t>(blockIdx.y) * n + e] = __fmul_rn(v, scale);
+}
+
 cudaStream_t st(const Stream& s) { return detail::stream_of(s.handle()); }
 
 void check(bool ok, const char* what) {
@@ -140,6 +170,24 @@ void gelu_mul_rows_by(const Stream& s, int T, int64_t n, const float* gate_dev, 
   check16(t, "gelu_mul_rows_by");
   gelu_rows_by_kernel<<<dim3(static_cast<unsigned>((n + 255) / 256), static_cast<unsigned>(T)), 256, 0, st(s)>>>(
       gate_dev, gate_ld, up_dev, up_ld, n, static_cast<int>(t), static_cast<uint16_t*>(out_dev));
+  EG_CUDA_CHECK_LAUNCH();
+}
+
+bool dequant_rows_supports(DType t, int64_t n) {
+  switch (t) {
+    case DType::Q4_0: case DType::Q8_0: return n > 0 && n % 32 == 0;
+    case DType::Q6_K: return n > 0 && n % 256 == 0;
+    case DType::F16: case DType::BF16: case DType::F32: return n > 0;
+    default: return false;
+  }
+}
+
+void dequant_rows(const Stream& s, DType t, const void* rows_dev, int T, int64_t n, float scale, float* out_dev) {
+  if (!dequant_rows_supports(t, n))
+    throw Error(std::string("CUDA dequant_rows: ") + dtype_name(t) + " rows of " + std::to_string(n) + " values");
+  check(T > 0 && T <= 65535 && rows_dev && out_dev, "dequant_rows");
+  dequant_rows_kernel<<<dim3(static_cast<unsigned>((n + 255) / 256), static_cast<unsigned>(T)), 256, 0, st(s)>>>(
+      static_cast<const uint8_t*>(rows_dev), dtype_row_bytes(t, n), static_cast<int>(t), n, scale, out_dev);
   EG_CUDA_CHECK_LAUNCH();
 }
 

@@ -79,7 +79,18 @@ void qk_rope_kv_rows(const Stream& s, const QKVHeadArgs& a, int T, int pos0, con
 /// max(0, p − window + 1)..p (window 0: from 0), GQA, score = (q·k)·scale, soft-capped when
 /// softcap > 0, softmax, Σ p·v. Tiles of 32 keys in shared memory, online softmax (a.n_splits
 /// is ignored). out_dev [T, nh·hd] 16-bit of type t (the input of the o GEMM).
+/// scratch_dev (optional, scratch_bytes ≥ attention_prefill_scratch_bytes(a, T), else unused)
+/// lets the kernel split the chunk's keys over up to 4 CTAs per query tile and merge their
+/// partial softmax sums (attention_prefill_splits says how many it will use); the result equals
+/// the unsplit one up to f32 rounding.
 void attention_prefill(const Stream& s, const AttentionArgs& a, int T, int pos0, const float* q_dev,
-                       const void* k_cache_dev, const void* v_cache_dev, GemmType t, void* out_dev);
+                       const void* k_cache_dev, const void* v_cache_dev, GemmType t, void* out_dev,
+                       void* scratch_dev = nullptr, size_t scratch_bytes = 0);
+/// Bytes of the split scratch for T queries: 4 · T · nh · (hd + 2) · 4.
+size_t attention_prefill_scratch_bytes(const AttentionArgs& a, int T);
+/// The number of key spans attention_prefill uses with scratch_bytes of scratch (1: unsplit):
+/// 1 without enough scratch or when ceil(T/32)·nh ≥ 4 CTAs per multiprocessor, else
+/// clamp(ceil(keys/128), 1, 4) for the chunk's key range.
+int attention_prefill_splits(const Stream& s, const AttentionArgs& a, int T, int pos0, size_t scratch_bytes);
 
 }  // namespace eg::cuda

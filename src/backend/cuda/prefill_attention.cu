@@ -8,9 +8,17 @@
 // the online-softmax update with shuffles, then each lane accumulates its columns
 // (4·lane + 128·c) of Σ p·v, the probabilities broadcast by shuffle. f32 throughout; the result,
 // divided by the softmax sum, is rounded to the 16-bit GEMM type.
+//
+// Split keys (with scratch): the chunk's key range [kb0, pos0 + T − 1] is cut into n_splits spans
+// of S keys (grid.z); a CTA walks its keys inside span z only. A CTA whose keys lie in one span
+// writes the result itself; otherwise each of its spans writes (m, l, Σ p·v unnormalised) for its
+// rows and attn_combine_kernel merges them (the online-softmax merge: weights e^(m_z − max m)).
+// Without it the CTA of the chunk's last queries walks every key while the first walks a few, and
+// a 512-token chunk has about one CTA per multiprocessor: the longest CTA is the kernel's time.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <string>
 
 #include "backend/cuda/cuda_util.h"
@@ -37,7 +45,8 @@ __device__ __forceinline__ uint16_t to16(float v, int t) {
 template <int kNC, int kQW, KVElem kT>
 __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttentionArgs a, int T, int pos0, const float* q,
                                                                   const void* kc, const void* vc, int out_t,
-                                                                  uint16_t* out) {
+                                                                  uint16_t* out, int kb0, int S, int n_splits,
+                                                                  float* part_acc, float* part_ml) {
   extern __shared__ float4 smem4[];
   constexpr int BQ = kWarps * kQW;
   const int hd = a.head_dim, ks = hd + 4;
@@ -48,12 +57,23 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttentionArgs
   const int kvh = h / (a.n_heads / a.n_kv_heads);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t qstride = static_cast<int64_t>(a.n_heads) * hd;
+  const int p_first = pos0 + t0, p_last = pos0 + min(T, t0 + BQ) - 1;
+  const int k_begin = a.window > 0 ? max(0, p_first - a.window + 1) : 0;
+  // This CTA's keys: [k_lo, k_hi] (span z of the split, or all of them).
+  int k_lo = k_begin, k_hi = p_last;
+  bool direct = true;
+  const int z = blockIdx.z;
+  if (n_splits > 1) {
+    const int z_lo = (k_begin - kb0) / S, z_hi = (p_last - kb0) / S;
+    if (z < z_lo || z > z_hi) return;  // CTA-uniform, before any barrier
+    k_lo = max(k_begin, kb0 + z * S);
+    k_hi = min(p_last, kb0 + (z + 1) * S - 1);
+    direct = z_lo == z_hi;
+  }
   for (int i = threadIdx.x; i < BQ * hd; i += blockDim.x) {
     const int r = i / hd, c = i - r * hd;
     sQ[i] = t0 + r < T ? q[static_cast<int64_t>(t0 + r) * qstride + static_cast<int64_t>(h) * hd + c] : 0.0f;
   }
-  const int p_first = pos0 + t0, p_last = pos0 + min(T, t0 + BQ) - 1;
-  const int k_begin = a.window > 0 ? max(0, p_first - a.window + 1) : 0;
   int qp[kQW], lo[kQW];
   bool qv[kQW];
   float m[kQW], l[kQW], acc[kQW][kNC][4];
@@ -72,7 +92,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttentionArgs
   }
   // The warp's key range: tiles outside it are skipped (warp-uniform).
   const int w_lo = lo[0], w_hi = qv[kQW - 1] ? qp[kQW - 1] : p_last;
-  for (int kt = k_begin; kt <= p_last; kt += kBK) {
+  for (int kt = k_lo; kt <= k_hi; kt += kBK) {
     __syncthreads();  // the previous tile is consumed (first time: sQ is complete)
     {
       // 16-byte vectors of K and V: all loads of the tile in flight first, then converted to f32.
@@ -86,7 +106,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttentionArgs
         const int g = threadIdx.x + it * kWarps * 32;
         const int r = g / per_row, cv = g - r * per_row;
         kr4[it] = vr4[it] = make_uint4(0u, 0u, 0u, 0u);
-        if (g < total && kt + r <= p_last) {
+        if (g < total && kt + r <= k_hi) {
           const size_t off = ((static_cast<size_t>(kt + r) * a.n_kv_heads + kvh) * hd + static_cast<size_t>(cv) * kEv) * eb;
           kr4[it] = *reinterpret_cast<const uint4*>(static_cast<const char*>(kc) + off);
           vr4[it] = *reinterpret_cast<const uint4*>(static_cast<const char*>(vc) + off);
@@ -142,7 +162,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttentionArgs
     for (int j = 0; j < kQW; ++j) {
       float sc = s[j] * a.scale;
       if (a.softcap > 0.0f) sc = a.softcap * tanhf(sc / a.softcap);
-      const bool ok = qv[j] && key <= qp[j] && key >= lo[j];
+      const bool ok = qv[j] && key <= qp[j] && key >= lo[j] && key <= k_hi;
       sc = ok ? sc : -INFINITY;
       float mx = sc;
 #pragma unroll
@@ -186,6 +206,24 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttentionArgs
       }
     }
   }
+  if (!direct) {  // this span's (m, l, Σ p·v) of each row, for attn_combine_kernel
+#pragma unroll
+    for (int j = 0; j < kQW; ++j) {
+      if (!qv[j]) continue;
+      const int64_t idx = (static_cast<int64_t>(z) * T + t0 + warp * kQW + j) * a.n_heads + h;
+      if (lane == 0) {
+        part_ml[2 * idx] = m[j];
+        part_ml[2 * idx + 1] = l[j];
+      }
+      float* pa = part_acc + idx * hd;
+#pragma unroll
+      for (int c = 0; c < kNC; ++c) {
+        const int col = 4 * lane + 128 * c;
+        if (col < hd) *reinterpret_cast<float4*>(pa + col) = make_float4(acc[j][c][0], acc[j][c][1], acc[j][c][2], acc[j][c][3]);
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int j = 0; j < kQW; ++j) {
     if (!qv[j]) continue;
@@ -200,7 +238,48 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttentionArgs
   }
 }
 
-using Kernel = void (*)(AttentionArgs, int, int, const float*, const void*, const void*, int, uint16_t*);
+// One CTA per (query row, head) of a CTA that split its keys: out = Σ_z w_z·acc_z / Σ_z w_z·l_z,
+// w_z = e^(m_z − max m) over the spans z_lo..z_hi of the row's query tile (spans without keys for
+// the row have l = 0 and weigh nothing).
+__global__ void attn_combine_kernel(AttentionArgs a, int T, int pos0, int BQ, int kb0, int S, const float* part_acc,
+                                    const float* part_ml, int out_t, uint16_t* out) {
+  const int t = blockIdx.x, h = blockIdx.y, hd = a.head_dim;
+  const int t0 = t / BQ * BQ;
+  const int p_first = pos0 + t0, p_last = pos0 + min(T, t0 + BQ) - 1;
+  const int k_begin = a.window > 0 ? max(0, p_first - a.window + 1) : 0;
+  const int z_lo = (k_begin - kb0) / S, z_hi = (p_last - kb0) / S;
+  if (z_lo == z_hi) return;  // written by the attention kernel
+  float M = -INFINITY;
+  for (int z = z_lo; z <= z_hi; ++z) {
+    const int64_t idx = (static_cast<int64_t>(z) * T + t) * a.n_heads + h;
+    if (part_ml[2 * idx + 1] > 0.0f) M = fmaxf(M, part_ml[2 * idx]);
+  }
+  float L = 0.0f;
+  for (int z = z_lo; z <= z_hi; ++z) {
+    const int64_t idx = (static_cast<int64_t>(z) * T + t) * a.n_heads + h;
+    const float l = part_ml[2 * idx + 1];
+    if (l > 0.0f) L += expf(part_ml[2 * idx] - M) * l;
+  }
+  uint16_t* o = out + (static_cast<int64_t>(t) * a.n_heads + h) * hd;
+  for (int col = threadIdx.x; col < hd; col += blockDim.x) {
+    float v = 0.0f;
+    for (int z = z_lo; z <= z_hi; ++z) {
+      const int64_t idx = (static_cast<int64_t>(z) * T + t) * a.n_heads + h;
+      const float l = part_ml[2 * idx + 1];
+      if (l > 0.0f) v = fmaf(expf(part_ml[2 * idx] - M), part_acc[idx * hd + col], v);
+    }
+    o[col] = to16(v / L, out_t);
+  }
+}
+
+using Kernel = void (*)(AttentionArgs, int, int, const float*, const void*, const void*, int, uint16_t*, int, int,
+                        int, float*, float*);
+
+constexpr int kMaxSplits = 4;
+constexpr int kSplitKeys = 128;  // at least this many keys per span (64–256 and up to 8 spans: within ±2%)
+
+// The first key any query of the chunk sees.
+int chunk_first_key(const AttentionArgs& a, int pos0) { return a.window > 0 ? std::max(0, pos0 - a.window + 1) : 0; }
 
 template <int kNC, int kQW>
 Kernel pick_kv(KVElem t) {
@@ -223,23 +302,50 @@ Kernel pick(int nc, KVElem t) {
 
 }  // namespace
 
+size_t attention_prefill_scratch_bytes(const AttentionArgs& a, int T) {
+  return static_cast<size_t>(kMaxSplits) * static_cast<size_t>(std::max(T, 0)) * static_cast<size_t>(std::max(a.n_heads, 0)) *
+         static_cast<size_t>(std::max(a.head_dim, 0) + 2) * sizeof(float);
+}
+
+int attention_prefill_splits(const Stream& s, const AttentionArgs& a, int T, int pos0, size_t scratch_bytes) {
+  if (T <= 0 || scratch_bytes < attention_prefill_scratch_bytes(a, T)) return 1;
+  // Only where the unsplit grid leaves multiprocessors short of work (ceil(T/32)·nh CTAs of 32 queries).
+  if (static_cast<int64_t>((T + 31) / 32) * a.n_heads >= 4LL * s.sm_count()) return 1;
+  const int range = pos0 + T - chunk_first_key(a, pos0);
+  return std::clamp((range + kSplitKeys - 1) / kSplitKeys, 1, kMaxSplits);
+}
+
 void attention_prefill(const Stream& s, const AttentionArgs& a, int T, int pos0, const float* q_dev,
-                       const void* k_cache_dev, const void* v_cache_dev, GemmType t, void* out_dev) {
+                       const void* k_cache_dev, const void* v_cache_dev, GemmType t, void* out_dev, void* scratch_dev,
+                       size_t scratch_bytes) {
   const int hd = a.head_dim;
   if (hd <= 0 || hd > 512 || hd % 32 != 0 || a.n_heads <= 0 || a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0 ||
       T <= 0 || pos0 < 0 || a.n_heads > 65535)
     throw Error("CUDA attention_prefill: bad shape");
   const int nc = (hd + 127) / 128;
+  const int n_splits = scratch_dev ? attention_prefill_splits(s, a, T, pos0, scratch_bytes) : 1;
+  const int kb0 = chunk_first_key(a, pos0), range = pos0 + T - kb0;
+  const int S = n_splits > 1 ? ((range + n_splits - 1) / n_splits + 31) / 32 * 32 : range;
   // 4 queries per warp when that still gives every multiprocessor a CTA, else 2 (more CTAs).
-  const int qw = static_cast<int64_t>((T + 31) / 32) * a.n_heads >= s.sm_count() ? 4 : 2;
+  const int qw = static_cast<int64_t>((T + 31) / 32) * a.n_heads * n_splits >= s.sm_count() ? 4 : 2;
   const Kernel k = qw == 4 ? pick<4>(nc, a.kv) : pick<2>(nc, a.kv);
   const int bq = kWarps * qw;
   const size_t smem = static_cast<size_t>(bq * hd + kBK * (hd + 4) + kBK * hd) * sizeof(float);
   EG_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  const dim3 grid(static_cast<unsigned>((T + bq - 1) / bq), static_cast<unsigned>(a.n_heads));
-  k<<<grid, kWarps * 32, smem, detail::stream_of(s.handle())>>>(a, T, pos0, q_dev, k_cache_dev, v_cache_dev,
-                                                               static_cast<int>(t), static_cast<uint16_t*>(out_dev));
+  const dim3 grid(static_cast<unsigned>((T + bq - 1) / bq), static_cast<unsigned>(a.n_heads),
+                  static_cast<unsigned>(n_splits));
+  // Scratch: part_acc [n_splits][T][nh][hd], then part_ml [n_splits][T][nh][2].
+  float* part_acc = n_splits > 1 ? static_cast<float*>(scratch_dev) : nullptr;
+  float* part_ml = part_acc ? part_acc + static_cast<size_t>(n_splits) * T * a.n_heads * hd : nullptr;
+  cudaStream_t st = detail::stream_of(s.handle());
+  k<<<grid, kWarps * 32, smem, st>>>(a, T, pos0, q_dev, k_cache_dev, v_cache_dev, static_cast<int>(t),
+                                     static_cast<uint16_t*>(out_dev), kb0, S, n_splits, part_acc, part_ml);
   EG_CUDA_CHECK_LAUNCH();
+  if (n_splits > 1) {
+    attn_combine_kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(a.n_heads)), 128, 0, st>>>(
+        a, T, pos0, bq, kb0, S, part_acc, part_ml, static_cast<int>(t), static_cast<uint16_t*>(out_dev));
+    EG_CUDA_CHECK_LAUNCH();
+  }
 }
 
 }  // namespace eg::cuda
