@@ -194,7 +194,8 @@ void check_model(const Model& m, const std::string& name, float rows_median, flo
   }
   const std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> variants = {
       {"weights once", {{"EG_CUDA_PREFILL_CHUNK", "64"}, {"EG_CUDA_PREFILL_WEIGHTS", "once"}}},
-      {"f16 gemm", {{"EG_CUDA_PREFILL_CHUNK", "64"}, {"EG_CUDA_PREFILL_TYPE", "f16"}}}};
+      {"f16 gemm", {{"EG_CUDA_PREFILL_CHUNK", "64"}, {"EG_CUDA_PREFILL_TYPE", "f16"}}},
+      {"attention unsplit", {{"EG_CUDA_PREFILL_CHUNK", "64"}, {"EG_CUDA_PREFILL_ATTN_SPLIT", "0"}}}};
   for (const auto& [label, env] : variants) {
     auto g = gpu_executor(m, env);
     const std::string what = name + " chunk 64, " + label;
@@ -302,6 +303,7 @@ TEST(CudaPrefill, BadOptionsAndInputThrow) {
   EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_PREFILL_WEIGHTS", "all"}}), Error);
   EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_PREFILL_TYPE", "f32"}}), Error);
   EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_PDL", "yes"}}), Error);
+  EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_PREFILL_ATTN_SPLIT", "yes"}}), Error);
   auto g = gpu_executor(*m, {{"EG_CUDA_PREFILL_CHUNK", "4"}});
   KVCacheOptions ko;
   ko.max_tokens = 8;
