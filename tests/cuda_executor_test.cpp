@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "cuda_compare.h"
+#include "cuda_test_util.h"
 
 #include <cmath>
 #include <cstdio>
@@ -36,12 +37,7 @@ namespace eg {
 namespace {
 
 std::string find_model(const std::string& name, const std::string& file) {
-  namespace fs = std::filesystem;
-  if (const char* d = std::getenv("EG_CUDA_TEST_MODELS")) {
-    if (fs::exists(fs::path(d) / file)) return (fs::path(d) / file).string();
-  }
-  const fs::path p = fs::path(EG_SHARED_DIR) / "models" / "gguf" / name / file;
-  return fs::exists(p) ? p.string() : "";
+  return cudatest::find_gguf(EG_SHARED_DIR, name, file);
 }
 
 struct Fixture {

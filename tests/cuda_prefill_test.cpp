@@ -34,6 +34,7 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "cuda_compare.h"
+#include "cuda_test_util.h"
 #include "cuda_synth_model.h"
 #include "exec/executor.h"
 #include "core/error.h"
@@ -47,11 +48,7 @@ namespace eg {
 namespace {
 
 std::string find_gguf(const std::string& name, const std::string& file) {
-  namespace fs = std::filesystem;
-  if (const char* d = std::getenv("EG_CUDA_TEST_MODELS"))
-    if (fs::exists(fs::path(d) / file)) return (fs::path(d) / file).string();
-  const fs::path p = fs::path(EG_SHARED_DIR) / "models" / "gguf" / name / file;
-  return fs::exists(p) ? p.string() : "";
+  return cudatest::find_gguf(EG_SHARED_DIR, name, file);
 }
 
 float rel_err(const float* ref, const float* got, int64_t n) {

@@ -3,7 +3,10 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <filesystem>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
@@ -36,6 +39,16 @@ std::vector<T> to_host(const cuda::DeviceBuffer& b, size_t n) {
   std::vector<T> v(n);
   b.download(v.data(), n * sizeof(T));
   return v;
+}
+
+/// The path of a tiny GGUF (`file`, e.g. "tiny-gemma3-q8_0.gguf") in $EG_CUDA_TEST_MODELS (flat)
+/// or in <shared>/models/gguf/<model>/ (shared: the test's EG_SHARED_DIR); "" when neither has it.
+inline std::string find_gguf(const std::string& shared, const std::string& model, const std::string& file) {
+  namespace fs = std::filesystem;
+  if (const char* d = std::getenv("EG_CUDA_TEST_MODELS"))
+    if (fs::exists(fs::path(d) / file)) return (fs::path(d) / file).string();
+  const fs::path p = fs::path(shared) / "models" / "gguf" / model / file;
+  return !shared.empty() && fs::exists(p) ? p.string() : "";
 }
 
 }  // namespace eg::cudatest

@@ -172,9 +172,7 @@ struct SessionFile {
     w.vec(s.cached_);
     w.put<uint8_t>(s.logits_valid_);
     w.vec(s.logits_valid_ ? s.logits_ : std::vector<float>{});
-    // A device cache (--device cuda) keeps its K/V on the device; its host pages are not filled.
-    if (s.kv_->device_state())
-      throw Error("saving a session is not supported with a GPU KV cache yet (use --device cpu)");
+    // A device cache (--device cuda) copies its pages from the device as it writes them.
     std::ostringstream kv;
     s.kv_->save(kv);
     w.str(kv.str());
@@ -285,6 +283,20 @@ struct SessionFile {
     if (kv.n_past() != static_cast<int>(cached.size()) || kv.max_tokens() != ctx)
       throw Error(path + ": damaged session file (KV cache holds " + std::to_string(kv.n_past()) +
                   " positions, expected " + std::to_string(cached.size()) + ")");
+    // The session's cache lives on its executor's device: a device cache gets the pages copied
+    // in (an int8 file on the GPU, or an F16 layer the CPU widened to BF16, is refused here).
+    std::unique_ptr<KVCache> dev;
+    if (s.kv_->device_state()) {
+      try {
+        dev = s.lm_->executor().new_kv_cache(kv.options());
+        dev->import_pages(kv.n_past(), [&](int layer, int page) {
+          return KVPageRef{kv.page_data(layer, page), kv.layer_type(layer)};
+        });
+      } catch (const Error& e) {
+        throw Error(path + ": this session's KV cache cannot go on the " + device_name(s.lm_->executor().device()) +
+                    " device: " + e.what());
+      }
+    }
     std::unique_ptr<PromptEncoder> enc;
     if (o.chat_template != s.opt_.chat_template || o.enable_thinking != s.opt_.enable_thinking)
       enc = std::make_unique<PromptEncoder>(s.lm_->tokenizer(), o.chat_template, o.enable_thinking);
@@ -302,7 +314,8 @@ struct SessionFile {
     s.draft_clips_ = 0;
     s.logits_valid_ = logits_valid;
     s.logits_ = std::move(logits);
-    *s.kv_ = std::move(kv);
+    if (dev) s.kv_ = std::move(dev);
+    else *s.kv_ = std::move(kv);
     s.draft_.clear();
     s.stats_ = SessionStats{};
   }

@@ -91,11 +91,35 @@ struct PrefillScratch {
   }
 };
 
+// The device K/V of one KV cache: per layer that owns storage, K and V [max_tokens, n_kv_heads,
+// head_dim] in the cache's type, position-major, so positions pos0.. of a layer are one
+// contiguous span, laid out as a host page's K or V part (kv/kv_cache.h DeviceState).
 struct CudaKV final : KVCache::DeviceState {
   uint64_t serial = 0;
   int max_tokens = 0;
   gpu::KVElem elem = gpu::KVElem::F16;
   std::vector<gpu::DeviceBuffer> k, v;
+  std::vector<size_t> row_bytes;  // bytes of one position of K (= of V) per layer; 0 for KV-shared
+
+  void read_rows(int layer, int pos0, int n, uint8_t* kh, uint8_t* vh) const override {
+    const size_t off = check_rows(layer, pos0, n), len = static_cast<size_t>(n) * row_bytes[layer];
+    k[layer].download(kh, len, off);
+    v[layer].download(vh, len, off);
+  }
+  void write_rows(int layer, int pos0, int n, const uint8_t* kh, const uint8_t* vh) override {
+    const size_t off = check_rows(layer, pos0, n), len = static_cast<size_t>(n) * row_bytes[layer];
+    k[layer].upload(kh, len, off);
+    v[layer].upload(vh, len, off);
+  }
+
+ private:
+  size_t check_rows(int layer, int pos0, int n) const {
+    if (layer < 0 || layer >= static_cast<int>(row_bytes.size()) || row_bytes[layer] == 0 || pos0 < 0 || n < 0 ||
+        pos0 + n > max_tokens)
+      throw Error("CUDA KV cache: rows " + std::to_string(pos0) + "+" + std::to_string(n) + " of layer " +
+                  std::to_string(layer) + " are outside the device cache");
+    return static_cast<size_t>(pos0) * row_bytes[layer];
+  }
 };
 
 struct CudaWorkspace final : StepWorkspace {
@@ -325,8 +349,10 @@ class CudaExecutor final : public StepExecutor {
       if (lc.kv_source >= 0) {  // KV-shared (Gemma 4): reads layer kv_source's cache
         st->k.emplace_back();
         st->v.emplace_back();
+        st->row_bytes.push_back(0);
         continue;
       }
+      st->row_bytes.push_back(static_cast<size_t>(lc.n_kv_heads) * lc.head_dim * eb);
       const size_t bytes = static_cast<size_t>(opt.max_tokens) * lc.n_kv_heads * lc.head_dim * eb;
       st->k.emplace_back(bytes);
       st->v.emplace_back(bytes);

@@ -330,7 +330,16 @@ int KVCache::first_live_position(int layer) const {
 const uint8_t* KVCache::page_data(int layer, int page) const {
   const Layer& l = layers_.at(layer);
   if (l.page_bytes == 0 || page < 0 || page >= static_cast<int>(l.table.size())) return nullptr;
+  pull_page(layer, page);
   return l.table[page];
+}
+
+void KVCache::pull_page(int layer, int page) const {
+  const Layer& l = layers_[layer];
+  if (!device_ || !l.page_bytes || page >= static_cast<int>(l.table.size()) || !l.table[page]) return;
+  const int P = opt_.page_tokens, pos0 = page * P, n = std::min(P, n_past_ - pos0);
+  if (n <= 0) return;
+  device_->read_rows(layer, pos0, n, l.table[page] + l.k_off, l.table[page] + l.v_off);
 }
 
 void KVCache::import_pages(int n, const std::function<KVPageRef(int layer, int page)>& page_src) {
@@ -349,6 +358,9 @@ void KVCache::import_pages(int n, const std::function<KVPageRef(int layer, int p
     const KVPageRange need = needed_range(l.page_bytes > 0, l.window, n, opt_);
     const KVPageRange held = held_range(l.page_bytes > 0, l.window, n, opt_);
     auto check_type = [&](const KVPageRef& p, int j) {
+      if (device_ && p.type != opt_.type)  // the device never widens (DeviceState)
+        throw Error("KV cache import: page " + std::to_string(j) + " of layer " + std::to_string(i) + " is " +
+                    kv_type_name(p.type) + ", a GPU KV cache stores " + kv_type_name(opt_.type) + " only");
       if (p.type != opt_.type && p.type != wide)
         throw Error("KV cache import: page " + std::to_string(j) + " of layer " + std::to_string(i) + " is " +
                     kv_type_name(p.type) + ", the cache stores " + kv_type_name(opt_.type));
@@ -389,6 +401,16 @@ void KVCache::import_pages(int n, const std::function<KVPageRef(int layer, int p
     l.first_page = first[i];
   }
   n_past_ = n;
+  if (!device_) return;
+  const int P = opt_.page_tokens;
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    for (int j = l.first_page; j < static_cast<int>(l.table.size()) && l.page_bytes; ++j) {
+      const int rows = std::min(P, n - j * P);
+      if (l.table[j] && rows > 0)
+        device_->write_rows(static_cast<int>(i), j * P, rows, l.table[j] + l.k_off, l.table[j] + l.v_off);
+    }
+  }
 }
 
 int KVCache::truncate(int n) {

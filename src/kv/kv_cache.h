@@ -223,8 +223,20 @@ class KVCache {
   /// What a device executor keeps with a cache it made (e.g. the CUDA executor's device pages),
   /// owned by the cache and destroyed with it; nullptr for a host (CPU) cache. The host-side
   /// bookkeeping above (n_past, options, truncate) stays the one source of truth for positions.
+  ///
+  /// A device cache's K/V live on the device: its host pages are allocated (begin_append) but
+  /// only filled on demand. page_data() and save() first copy the page's stored positions from
+  /// the device (read_rows); import_pages() (prefix cache, session restore) copies the imported
+  /// positions to the device (write_rows). A device cache stores type() in every layer (the
+  /// device never widens F16): import_pages() refuses pages of another encoding.
   struct DeviceState {
     virtual ~DeviceState() = default;
+    /// Copies positions [pos0, pos0 + n) of `layer` (one that owns storage) from the device into
+    /// host rows k and v, each [n, n_kv_heads, head_dim] in type(): the K and V parts of a page
+    /// (KVLayerView's k_off / v_off). Throws eg::Error when the copy fails.
+    virtual void read_rows(int layer, int pos0, int n, uint8_t* k, uint8_t* v) const = 0;
+    /// The reverse: host rows k and v (same layout) to the device's positions [pos0, pos0 + n).
+    virtual void write_rows(int layer, int pos0, int n, const uint8_t* k, const uint8_t* v) = 0;
   };
   void set_device_state(std::unique_ptr<DeviceState> s) { device_ = std::move(s); }
   DeviceState* device_state() const { return device_.get(); }
@@ -246,6 +258,9 @@ class KVCache {
   KVCache() = default;
   void init(const ModelConfig& cfg, const KVCacheOptions& opt);
   uint8_t* take_page(Layer& l);
+  // A device cache: copies the stored positions of page `page` of owning layer `layer` from the
+  // device into its host page (no-op for a host cache or a page not held).
+  void pull_page(int layer, int page) const;
   void drop_pages_from(Layer& l, int first_dropped);
   // Re-encodes every page `l` holds from F16 to BF16 (page layout unchanged) and sets its type.
   static void widen_to_bf16(Layer& l);

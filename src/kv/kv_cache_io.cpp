@@ -65,7 +65,8 @@ void KVCache::save(std::ostream& os) const {
   }
   put<int32_t>(os, n_past_);
   const int used_pages = (n_past_ + opt_.page_tokens - 1) / opt_.page_tokens;
-  for (const Layer& l : layers_) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
     if (!l.page_bytes) continue;
     const int first = std::min(l.first_page, used_pages);
     put<int32_t>(os, first);
@@ -73,6 +74,7 @@ void KVCache::save(std::ostream& os) const {
     for (int j = first; j < used_pages; ++j) {
       const uint8_t* p = j < static_cast<int>(l.table.size()) ? l.table[j] : nullptr;
       put<uint8_t>(os, p ? 1 : 0);
+      if (p) pull_page(static_cast<int>(i), j);  // a device cache: its K/V from the device first
       if (p) os.write(reinterpret_cast<const char*>(p), static_cast<std::streamsize>(l.page_bytes));
     }
   }

@@ -78,9 +78,9 @@ Scheduler::Scheduler(std::shared_ptr<const LoadedModel> model, SchedulerOptions 
   end_ids_ = lm_->stop_ids();
   if (const int32_t tr = lm_->tokenizer().token_id("<|tool_response>"); tr >= 0) end_ids_.push_back(tr);
   vocab_ = grammar::TokenVocab::build(lm_->tokenizer(), end_ids_);
-  // The prefix cache copies host KV pages; a device executor's caches keep theirs on the device
-  // (docs/cuda.md), so it stays off there for now.
-  if (opt_.prefix_cache_bytes > 0 && lm_->executor().device() == Device::CPU)
+  // The prefix cache holds host copies of KV pages; a device cache copies its pages to and from
+  // the device as they are stored and loaded (kv/kv_cache.h DeviceState).
+  if (opt_.prefix_cache_bytes > 0)
     prefix_ = std::make_unique<PrefixCache>(cfg, opt_.kv, opt_.prefix_cache_bytes);
   publish_gauges();
   thread_ = std::thread([this] { loop(); });
