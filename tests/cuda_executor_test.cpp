@@ -142,27 +142,35 @@ TEST(CudaExecutor, TinyGemma3Q8_0MatchesTheCpu) { check_model("tiny-gemma3", "ti
 TEST(CudaExecutor, TinyGemma3Q8_0MatchesTheCpuF32Kv) { check_model("tiny-gemma3", "tiny-gemma3-q8_0.gguf", KVType::F32); }
 TEST(CudaExecutor, TinyGemma2Q8_0MatchesTheCpu) { check_model("tiny-gemma2", "tiny-gemma2-q8_0.gguf", KVType::F16); }
 TEST(CudaExecutor, TinyGemma2Q8_0MatchesTheCpuBf16Kv) { check_model("tiny-gemma2", "tiny-gemma2-q8_0.gguf", KVType::BF16); }
-// Gemma 4: KV-shared layers, per-layer embeddings (f32 per_layer_model_projection), layer_scalar,
-// v_norm, plain-scale norms, proportional RoPE on the full layers (no K=V layer in tiny-gemma4).
+// Gemma 4 (the fused graph step): KV-shared layers, per-layer embeddings (f32
+// per_layer_model_projection), layer_scalar, v_norm, plain-scale norms, proportional RoPE on the
+// full layers (no K=V layer in tiny-gemma4: cuda_fused_test covers K=V).
 TEST(CudaExecutor, TinyGemma4Q8_0MatchesTheCpu) { check_model("tiny-gemma4", "tiny-gemma4-q8_0.gguf", KVType::F16); }
 // The step of separate kernels (EG_CUDA_FUSED=0, read when the executor is made), kept for comparisons.
 TEST(CudaExecutor, UnfusedStepMatchesTheCpu) {
   setenv("EG_CUDA_FUSED", "0", 1);
   check_model("tiny-gemma2", "tiny-gemma2-q8_0.gguf", KVType::F16);
   check_model("tiny-gemma3", "tiny-gemma3-q8_0.gguf", KVType::F16);
+  check_model("tiny-gemma4", "tiny-gemma4-q8_0.gguf", KVType::F16);
+  check_model("tiny-gemma4", "tiny-gemma4-q4_0.gguf", KVType::F16);
   unsetenv("EG_CUDA_FUSED");
 }
-// The fused step's alternatives for the attention and the down projection (EG_CUDA_ATTN=split,
-// EG_CUDA_DOWN=stage), read when the executor is made.
+// The fused step's alternatives for the attention, the down projection and Gemma 4's PLE gate
+// (EG_CUDA_ATTN=split, EG_CUDA_DOWN=stage, EG_CUDA_PLE=separate), read when the executor is made.
 TEST(CudaExecutor, FusedStepVariantsMatchTheCpu) {
   setenv("EG_CUDA_DOWN", "stage", 1);
   check_model("tiny-gemma2", "tiny-gemma2-q8_0.gguf", KVType::F16);
   check_model("tiny-gemma3", "tiny-gemma3-q8_0.gguf", KVType::F16);
+  check_model("tiny-gemma4", "tiny-gemma4-q8_0.gguf", KVType::F16);
   unsetenv("EG_CUDA_DOWN");
   setenv("EG_CUDA_ATTN", "split", 1);
   check_model("tiny-gemma2", "tiny-gemma2-q8_0.gguf", KVType::F16);
   check_model("tiny-gemma3", "tiny-gemma3-q8_0.gguf", KVType::F16);
+  check_model("tiny-gemma4", "tiny-gemma4-q8_0.gguf", KVType::F16);
   unsetenv("EG_CUDA_ATTN");
+  setenv("EG_CUDA_PLE", "separate", 1);  // Gemma 4's PLE gate as matvec + gelu_mul_by + matvec
+  check_model("tiny-gemma4", "tiny-gemma4-q8_0.gguf", KVType::F16);
+  unsetenv("EG_CUDA_PLE");
 }
 
 TEST(CudaExecutor, UnsupportedModelsAreRefusedAndAutoFallsBackToTheCpu) {

@@ -9,10 +9,13 @@
 //    does; |y − y_f64(ŵ, ĥ)| ≤ 2e-5·Σ|ŵ·ĥ| (as cuda_kernels_test's matvec).
 //  - GELU epilogue: gate/up within that bound each, propagated through gelu_tanh·up:
 //    |Δy| ≤ 1.2·|u|·εg + |gelu(g)|·εu + 1e-6·|y|.
+//  - GELU·m epilogue (Gemma 4's PLE gate): |Δy| ≤ 1.2·|m|·ε + 1e-6·|y|, ε the matvec bound.
 //  - fused LM head: the chosen row's float64 logit within the matvec bound of the float64 max.
 //  - fused attention: against qkv_heads + attention_decode (tested against ops::attention in
-//    cuda_decode_kernels_test): outputs within 2e-6·R (other split boundaries and summation order), K/V caches bit-identical, over a run of
-//    positions that the fused kernel itself writes; the head counters are left at zero.
+//    cuda_decode_kernels_test): outputs within 2e-6·R (other split boundaries and summation
+//    order), K/V caches bit-identical, over a run of positions that the fused kernel itself
+//    writes; the head counters are left at zero. Gemma 4 cases: norm offset 0, v_norm, K=V
+//    (v_from_k) and KV-shared layers (q_only, reading a cache another call wrote).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -121,16 +124,19 @@ struct Stage {
       : p(random_vec(K, seed, 3.0f)), r(random_vec(K, seed + 1)), w_post(random_vec(K, seed + 2, 0.3f)),
         w_norm(random_vec(K, seed + 3, 0.3f)), dp(to_device(p)), dr(to_device(r)), dwp(to_device(w_post)),
         dwn(to_device(w_norm)), dro(K * 4) {}
-  // mode 0: h = p; 1: h = rmsnorm(p; w_norm); 2: v = r + rmsnorm(p; w_post) → r_out, h = rmsnorm(v; w_norm).
+  // mode 0: h = p; 1: h = rmsnorm(p; w_norm); 2: v = r + rmsnorm(p; w_post) → r_out, h = rmsnorm(v; w_norm);
+  // 3: as 2 with v ·= kScale (Gemma 4's layer scalar).
+  static constexpr float kScale = 0.37f;
   gpu::MatvecInput input(int mode) {
     gpu::MatvecInput in;
     in.src_dev = dp.as<const float>();
     if (mode >= 1) in.w_norm_dev = dwn.as<const float>();
-    if (mode == 2) {
+    if (mode >= 2) {
       in.residual_dev = dr.as<const float>();
       in.w_post_dev = dwp.as<const float>();
       in.residual_out_dev = dro.as<float>();
     }
+    if (mode == 3) in.scale = kScale;
     in.w_offset = 1.0f;
     in.eps = 1e-6f;
     return in;
@@ -138,9 +144,10 @@ struct Stage {
   void reference(int mode, std::vector<double>* v, std::vector<double>* h) const {
     std::vector<double> pd(p.begin(), p.end());
     *v = pd;
-    if (mode == 2) {
+    if (mode >= 2) {
       const std::vector<double> n = rms64(pd, w_post, 1e-6);
-      for (size_t i = 0; i < v->size(); ++i) (*v)[i] = r[i] + n[i];
+      const double sc = mode == 3 ? static_cast<double>(kScale) : 1.0;
+      for (size_t i = 0; i < v->size(); ++i) (*v)[i] = (r[i] + n[i]) * sc;
     }
     *h = mode >= 1 ? rms64(*v, w_norm, 1e-6) : *v;
   }
@@ -164,7 +171,7 @@ std::vector<float> stage_h(gpu::Stream& s, Stage& st, int mode, int64_t K) {
 
 TEST_F(CudaFused, InputStageMatchesFloat64) {
   for (int64_t K : {1152, 2304, 96}) {
-    for (int mode : {0, 1, 2}) {
+    for (int mode : {0, 1, 2, 3}) {
       SCOPED_TRACE("K " + std::to_string(K) + " mode " + std::to_string(mode));
       Stage st(K, 11 + static_cast<uint32_t>(K) + mode);
       const std::vector<float> h = stage_h(s(), st, mode, K);
@@ -173,7 +180,7 @@ TEST_F(CudaFused, InputStageMatchesFloat64) {
       double R = 0;
       for (double x : h_ref) R = std::max(R, std::fabs(x));
       for (int64_t i = 0; i < K; ++i) ASSERT_NEAR(h[i], h_ref[i], 2e-6 * std::fabs(h_ref[i]) + 1e-7 * R) << i;
-      if (mode == 2) {
+      if (mode >= 2) {
         const std::vector<float> v = to_host<float>(st.dro, K);
         double Rv = 0;
         for (double x : v_ref) Rv = std::max(Rv, std::fabs(x));
@@ -243,6 +250,40 @@ TEST_F(CudaFused, GeluEpilogueOfInterleavedGateUpMatchesTheCpu) {
   EXPECT_THROW(gpu::interleave_gate_up(g6.data(), g6.data(), DType::Q4_0, 6, 32), Error);
 }
 
+// Gemma 4's PLE gate: y = gelu_tanh(W·h)·m on the stage that applies a scaled joint (mode 3).
+TEST_F(CudaFused, GeluByEpilogueMatchesFloat64) {
+  const int64_t P = 256, K = 1536;
+  for (DType t : {DType::Q4_0, DType::Q8_0, DType::F16}) {
+    SCOPED_TRACE(dtype_name(t));
+    Stage st(K, 75);
+    const std::vector<float> h = stage_h(s(), st, 3, K);
+    const std::vector<uint8_t> w = make_weight(t, P, K, 12);
+    const gpu::DeviceWeight W = gpu::upload_weight(w.data(), t, P, K);
+    const std::vector<float> m = random_vec(P, 13, 2.0f);
+    gpu::DeviceBuffer dm = to_device(m), y(P * 4);
+    gpu::matvec_gelu_by_fused(s(), W, st.input(3), dm.as<const float>(), y.as<float>());
+    s().sync();
+    const std::vector<float> yg = to_host<float>(y, P);
+    const std::vector<float> wf = dequant(t, w, P, K);
+    const std::vector<float> x = t == DType::F16 ? h : dequant_act(h);
+    for (int64_t i = 0; i < P; ++i) {
+      double g = 0, S = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        g += static_cast<double>(wf[i * K + k]) * x[k];
+        S += std::fabs(static_cast<double>(wf[i * K + k]) * x[k]);
+      }
+      const double ref = 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * m[i];
+      ASSERT_NEAR(yg[i], ref, 1.2 * std::fabs(m[i]) * 2e-5 * S + 1e-6 * std::fabs(ref) + 1e-9) << i;
+    }
+  }
+  gpu::DeviceBuffer y(8);
+  const std::vector<uint8_t> w = make_weight(DType::Q4_0, 8, 64, 1);
+  const gpu::DeviceWeight W = gpu::upload_weight(w.data(), DType::Q4_0, 8, 64);
+  gpu::MatvecInput in;
+  in.src_dev = y.as<const float>();
+  EXPECT_THROW(gpu::matvec_gelu_by_fused(s(), W, in, nullptr, y.as<float>()), Error);  // no multiplier
+}
+
 TEST_F(CudaFused, LmHeadOnTheInputStagePicksTheMaximum) {
   const int64_t V = 8200, K = 1152;  // a padded last tile
   Stage st(K, 90);
@@ -285,6 +326,9 @@ struct AttnCase {
   bool qk_norm;
   gpu::KVElem kv;
   int steps;
+  // Gemma 4 (qkv_heads' flags): norm offset 0, V = rmsnorm without a weight, V from the raw k
+  // projection, a KV-shared layer (q only: the cache is written by a "source" call first).
+  bool gemma4 = false, v_norm = false, v_from_k = false, q_only = false;
 };
 
 TEST_F(CudaFused, AttentionEqualsTheSeparateKernels) {
@@ -296,6 +340,10 @@ TEST_F(CudaFused, AttentionEqualsTheSeparateKernels) {
       {"one split", 2, 1, 128, 0, 1, 0.0f, true, gpu::KVElem::F16, 10},
       {"head_dim 96 (E = 3), 8 kv heads", 8, 8, 96, 0, 5, 0.0f, true, gpu::KVElem::F16, 24},
       {"head_dim 512", 2, 1, 512, 0, 4, 0.0f, false, gpu::KVElem::BF16, 9},
+      {"gemma-4 sliding, v_norm", 8, 1, 256, 16, 8, 0.0f, true, gpu::KVElem::F16, 30, true, true},
+      {"gemma-4 full, K=V + v_norm", 8, 2, 512, 0, 6, 0.0f, true, gpu::KVElem::F16, 20, true, true, true},
+      {"gemma-4 KV-shared (q only)", 8, 1, 256, 0, 8, 0.0f, true, gpu::KVElem::BF16, 20, true, true, false, true},
+      {"gemma-4 KV-shared, window 8", 4, 2, 128, 8, 4, 0.0f, true, gpu::KVElem::F32, 20, true, true, false, true},
   };
   for (const AttnCase& c : cases) {
     SCOPED_TRACE(c.name);
@@ -324,6 +372,12 @@ TEST_F(CudaFused, AttentionEqualsTheSeparateKernels) {
     qa.k_norm_dev = c.qk_norm ? dkn.as<const float>() : nullptr;
     qa.inv_freq_dev = dinv.as<const float>();
     qa.kv = c.kv;
+    if (c.gemma4) qa.w_offset = 0.0f;
+    qa.v_norm = c.v_norm;
+    qa.v_from_k = c.v_from_k;
+    gpu::QKVHeadArgs qa_src = qa;  // the layer that owns the cache of a KV-shared one
+    qa_src.v_from_k = false;
+    qa.q_only = c.q_only;
     gpu::AttentionArgs aa;
     aa.n_heads = c.nh;
     aa.n_kv_heads = c.nkv;
@@ -340,6 +394,14 @@ TEST_F(CudaFused, AttentionEqualsTheSeparateKernels) {
       args.upload(&a, sizeof a);
       qkv.upload(random_vec(qkv_n, 100 + pos, 2.0f).data(), qkv_n * 4);
       const auto* ad = args.as<const gpu::StepArgs>();
+      if (c.q_only) {
+        // The source layer writes position pos into both caches first (as earlier in the step).
+        gpu::DeviceBuffer src(qkv_n * 4), q_src(c.nh * hd * 4);
+        src.upload(random_vec(qkv_n, 500 + pos, 2.0f).data(), qkv_n * 4);
+        gpu::qkv_heads(s(), qa_src, src.as<const float>(), ad, q_src.as<float>(), k1.data(), v1.data());
+        gpu::qkv_heads(s(), qa_src, src.as<const float>(), ad, q_src.as<float>(), k2.data(), v2.data());
+        s().sync();
+      }
       gpu::qkv_heads(s(), qa, qkv.as<const float>(), ad, q.as<float>(), k1.data(), v1.data());
       gpu::attention_decode(s(), aa, q.as<const float>(), k1.data(), v1.data(), ad, part.as<float>(), out1.as<float>(), nullptr);
       gpu::AttentionArgs aa2 = aa;

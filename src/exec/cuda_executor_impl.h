@@ -184,6 +184,8 @@ class CudaExecutor final : public StepExecutor {
     fused_ = !(fz && std::string(fz) == "0");
     const char* at = std::getenv("EG_CUDA_ATTN");
     attn_split_ = at && std::string(at) == "split";
+    const char* pl = std::getenv("EG_CUDA_PLE");  // tuning: separate = the PLE gate in 3 kernels
+    ple_separate_ = pl && std::string(pl) == "separate";
     const char* dn = std::getenv("EG_CUDA_DOWN");
     down_quant_ = !(dn && std::string(dn) == "stage");
     read_prefill_options();
@@ -191,27 +193,29 @@ class CudaExecutor final : public StepExecutor {
     const std::string step_mode = sp ? sp : "";
     if (!step_mode.empty() && step_mode != "graph" && step_mode != "persistent")
       throw Error("EG_CUDA_STEP must be graph or persistent, not '" + step_mode + "'");
-    // Gemma 4 takes the step of separate kernels: its layer joint (PLE, layer scalar) and K/V
-    // (sharing, K=V, v_norm) are not in the fused kernels' input stages.
-    // So does a Q6_K embedding (q6k.h): the fused LM head and the persistent step read the tiled
-    // layouts only.
+    // Gemma 4 and a Q6_K embedding (q6k.h) take the fused graph step (enqueue_step_fused: the
+    // layer scalar in the input stages, PLE as two kernels, KV sharing / K=V / v_norm in the
+    // fused attention, a Q6_K LM head as residual_norm + lm_head_argmax), not the persistent one.
     gemma4_ = cfg_.family == ModelFamily::Gemma4;
     q6k_embed_ = w.embed.dtype == DType::Q6_K;
-    if (gemma4_ || q6k_embed_) fused_ = false;
     // Programmatic dependent launch (cuda_backend.h; every kernel waits before touching memory):
     // on for the step of separate kernels, where it hides part of each launch (E2B Q4_0 on the
-    // H200: 382 → 440 tok/s through decode_argmax); EG_CUDA_PDL=0|1 forces it. Process-wide.
+    // H200: 382 → 440 tok/s through decode_argmax), and for the Gemma 4 / Q6_K-embedding fused
+    // graph step; EG_CUDA_PDL=0|1 forces it. Process-wide.
     if (const char* pd = std::getenv("EG_CUDA_PDL"); pd && *pd) {
       const std::string v = pd;
       if (v != "0" && v != "1") throw Error("EG_CUDA_PDL must be 0 or 1, not '" + v + "'");
       gpu::set_programmatic_launch(v == "1");
-    } else if (!fused_) {
+    } else if (!fused_ || gemma4_ || q6k_embed_) {
       gpu::set_programmatic_launch(true);
     }
     for (int li = 0; li < cfg_.n_layers && fused_; ++li) {
       const LayerWeights& lw = w.layers[li];
-      fused_ = same_kind(lw.q, lw.k) && same_kind(lw.q, lw.v) && same_kind(lw.gate, lw.up) &&
-               lw.gate.rows % 4 == 0 && cfg_.layers[li].intermediate_size == lw.gate.rows;
+      const LayerConfig& lc = cfg_.layers[li];
+      // q|k|v stacked (only the parts the layer has: q alone when KV-shared, q|k for K=V).
+      const bool own_kv = lc.kv_source < 0;
+      fused_ = (!own_kv || same_kind(lw.q, lw.k)) && (!own_kv || lc.k_eq_v || same_kind(lw.q, lw.v)) &&
+               same_kind(lw.gate, lw.up) && lw.gate.rows % 4 == 0 && lc.intermediate_size == lw.gate.rows;
     }
     embed_ = upload(w.embed);
     final_norm_ = upload_norm(w.final_norm);
@@ -647,8 +651,12 @@ class CudaExecutor final : public StepExecutor {
   // attention (q/k norm, RoPE, K/V write, splits and combine), o (quantize stage), gate|up
   // (residual + post-attn norm + pre-ffw norm stage, GELU·up epilogue), quantize_act + down
   // (or the down on a quantize stage: EG_CUDA_DOWN=stage); LM head (residual + post-ffw norm +
-  // final norm stage, argmax). 6 kernels per layer (5 with EG_CUDA_DOWN=stage). The residual alternates
-  // between x (read by qkv, written by gate|up) and x2 (the other way round).
+  // final norm stage, argmax). 6 kernels per layer (5 with EG_CUDA_DOWN=stage). Gemma 4: the
+  // layer scalar in the next input stage, KV sharing / K=V / v_norm in the fused attention, and
+  // with PLE 2 more kernels (gate on the FFW joint's stage with GELU·row in its epilogue, the
+  // projection; 3 with EG_CUDA_PLE=separate): 8 per layer.
+  // A Q6_K LM head: residual_norm + lm_head_argmax. The residual alternates between x and x2,
+  // each input stage that applies a joint writing the other one.
   void enqueue_step_fused(CudaKV& st, CudaWorkspace& w, bool prof) const;
 
   int splits(int max_tokens) const {
@@ -671,6 +679,7 @@ class CudaExecutor final : public StepExecutor {
   int split_min_keys_ = 32;  // fused attention: keys per used split at least (EG_CUDA_SPLIT_MIN_KEYS)
   bool fused_ = true;  // the fused step (EG_CUDA_FUSED=0: separate kernels)
   bool attn_split_ = false;  // fused step with qkv_heads + split attention (EG_CUDA_ATTN=split)
+  bool ple_separate_ = false;  // fused step, Gemma 4 PLE gate: matvec + gelu_mul_by + matvec (EG_CUDA_PLE=separate)
   // Fused step: quantize_act + plain down matvec (default; measured faster than the per-CTA input
   // stage over 6912 values), or EG_CUDA_DOWN=stage for the fused down.
   bool down_quant_ = true;

@@ -1,6 +1,8 @@
 // The CUDA executor's decode steps (cuda_executor_impl.h): the step of separate kernels
-// (EG_CUDA_FUSED=0), the fused graph step and the persistent step (EG_CUDA_STEP).
+// (EG_CUDA_FUSED=0), the fused graph step (Gemma 2/3/4) and the persistent step (Gemma 2/3;
+// EG_CUDA_STEP).
 #include <algorithm>
+#include <utility>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -124,8 +126,8 @@ void CudaExecutor::layer_end_step(CudaWorkspace& w, bool prof, int li, const flo
 
 void CudaExecutor::build_persistent_shape(bool asked) {
   std::string why;
-  if (gemma4_) why = "Gemma 4 takes the step of separate kernels";
-  else if (q6k_embed_) why = "a Q6_K embedding takes the step of separate kernels";
+  if (gemma4_) why = "Gemma 4 takes the fused graph step";
+  else if (q6k_embed_) why = "a Q6_K embedding takes the fused graph step";
   else if (!fused_) why = "the fused step's stacked weights are not available";
   for (int li = 0; li < cfg_.n_layers && why.empty(); ++li) {
     const DevLayer& d = layers_[li];
@@ -235,11 +237,12 @@ void CudaExecutor::step_persistent(int32_t token, int pos, CudaKV& st, CudaWorks
 
 void CudaExecutor::enqueue_step_fused(CudaKV& st, CudaWorkspace& w, bool prof) const {
   const gpu::Stream& s = w.stream;
+  const int64_t H = cfg_.hidden_size;
   const float eps = cfg_.rms_norm_eps, off = cfg_.norm_offset;
   const auto* args = w.args.as<const gpu::StepArgs>();
   float* x = w.x.as<float>();
-  float* x2 = w.x2.as<float>();
   float* proj = w.proj.as<float>();
+  void* act = w.act.data();
   const int n_splits = splits(st.max_tokens);
   auto input = [&](const float* src) {
     gpu::MatvecInput in;
@@ -248,18 +251,39 @@ void CudaExecutor::enqueue_step_fused(CudaKV& st, CudaWorkspace& w, bool prof) c
     in.eps = eps;
     return in;
   };
+  // The residual stream alternates between x and x2: `res` holds it; a joint still to apply
+  // (res + rmsnorm(proj; joint_w))·joint_scale is done by the next input stage, which writes the
+  // new residual to the other buffer.
+  float* res = x;
+  float* other = w.x2.as<float>();
+  const float* joint_w = nullptr;
+  float joint_scale = 1.0f;
+  auto staged = [&](const float* w_norm) {
+    gpu::MatvecInput in = input(joint_w ? proj : res);
+    if (joint_w) {
+      in.residual_dev = res;
+      in.w_post_dev = joint_w;
+      in.scale = joint_scale;
+      in.residual_out_dev = other;
+      std::swap(res, other);
+      joint_w = nullptr;
+      joint_scale = 1.0f;
+    }
+    in.w_norm_dev = w_norm;
+    return in;
+  };
   op(w, prof, 0, [&] { gpu::embed_row(s, embed_, args, embed_scale_, x, w.result.as<uint64_t>()); });
+  if (ple_LP_ > 0) {
+    op(w, prof, 10, [&] {
+      ple_inputs(s, 1, x, act, w.ple_tok.as<const float>(), w.ple.as<float>(), nullptr, nullptr, nullptr);
+    });
+  }
   for (int li = 0; li < cfg_.n_layers; ++li) {
     const LayerConfig& lc = cfg_.layers[li];
     const DevLayer& d = layers_[li];
+    const int kl = d.kv_layer;  // itself, or the source of a KV-shared layer (Gemma 4)
     float* qkv = w.qkv.as<float>();
-    gpu::MatvecInput in_qkv = input(li == 0 ? x : proj);
-    if (li > 0) {
-      in_qkv.residual_dev = x2;
-      in_qkv.w_post_dev = layers_[li - 1].post_ffw_norm.as<const float>();
-      in_qkv.residual_out_dev = x;
-    }
-    in_qkv.w_norm_dev = d.input_norm.as<const float>();
+    const gpu::MatvecInput in_qkv = staged(d.input_norm.as<const float>());
     op(w, prof, 1, [&] { gpu::matvec_fused(s, d.qkv, in_qkv, qkv); });
     const gpu::QKVHeadArgs qa = qkv_args(lc, d, st.elem);
     gpu::AttentionArgs aa = attn_args(lc, st.elem, n_splits);
@@ -268,36 +292,66 @@ void CudaExecutor::enqueue_step_fused(CudaKV& st, CudaWorkspace& w, bool prof) c
       const bool o_quant = is_quantized(d.o.dtype);
       op(w, prof, 2, [&] { gpu::qkv_heads(s, qa, qkv, args, w.q.as<float>(), st.k[li].data(), st.v[li].data()); });
       op(w, prof, 3, [&] {
-        gpu::attention_decode(s, aa, w.q.as<const float>(), st.k[li].data(), st.v[li].data(), args,
-                              w.partial.as<float>(), w.attn.as<float>(), o_quant ? w.act.data() : nullptr);
+        gpu::attention_decode(s, aa, w.q.as<const float>(), st.k[kl].data(), st.v[kl].data(), args,
+                              w.partial.as<float>(), w.attn.as<float>(), o_quant ? act : nullptr);
       });
-      op(w, prof, 4, [&] { gpu::matvec(s, d.o, w.attn.as<const float>(), w.act.data(), proj); });
+      op(w, prof, 4, [&] { matvec(s, d.o, w.attn.as<const float>(), act, proj); });
     } else {
       aa.split_min_keys = split_min_keys_;
       op(w, prof, 3, [&] {
-        gpu::attention_fused(s, qa, aa, qkv, args, st.k[li].data(), st.v[li].data(), w.partial.as<float>(),
+        gpu::attention_fused(s, qa, aa, qkv, args, st.k[kl].data(), st.v[kl].data(), w.partial.as<float>(),
                              w.counters.as<uint32_t>(), w.attn.as<float>());
       });
       op(w, prof, 4, [&] { gpu::matvec_fused(s, d.o, input(w.attn.as<const float>()), proj); });
     }
-    gpu::MatvecInput in_gu = input(proj);
-    in_gu.residual_dev = x;
-    in_gu.w_post_dev = d.post_attn_norm.as<const float>();
-    in_gu.residual_out_dev = x2;
-    in_gu.w_norm_dev = d.pre_ffw_norm.as<const float>();
+    joint_w = d.post_attn_norm.as<const float>();
+    const gpu::MatvecInput in_gu = staged(d.pre_ffw_norm.as<const float>());
     op(w, prof, 6, [&] { gpu::matvec_gelu_fused(s, d.gu, in_gu, w.g.as<float>()); });
     if (down_quant_ && is_quantized(d.down.dtype)) {
       // One parallel quantize launch instead of the per-CTA input stage (EG_CUDA_DOWN=stage).
-      op(w, prof, 7, [&] { gpu::quantize_act(s, w.g.as<const float>(), lc.intermediate_size, w.act.data()); });
-      op(w, prof, 8, [&] { gpu::matvec(s, d.down, nullptr, w.act.data(), proj); });
+      op(w, prof, 7, [&] { gpu::quantize_act(s, w.g.as<const float>(), lc.intermediate_size, act); });
+      op(w, prof, 8, [&] { gpu::matvec(s, d.down, nullptr, act, proj); });
     } else {
       op(w, prof, 8, [&] { gpu::matvec_fused(s, d.down, input(w.g.as<const float>()), proj); });
     }
+    joint_w = d.post_ffw_norm.as<const float>();
+    joint_scale = ple_LP_ > 0 ? 1.0f : d.scalar;
+    if (ple_LP_ > 0) {
+      // Gemma 4's per-layer embedding gate (layer_end_step's math): g = ple_gate·v on the stage
+      // that applies the FFW joint, gelu(g)·ple_row (+ int8), proj = ple_proj·that; the next
+      // stage applies (v + rmsnorm(proj; ple_post_norm))·layer_scalar.
+      // Two kernels (the GELU·row in the gate's epilogue, the projection quantizing its 256-wide
+      // input itself), or three with EG_CUDA_PLE=separate (gelu_mul_by between them).
+      const int64_t P = cfg_.ple_dim;
+      const float* row = w.ple.as<const float>() + static_cast<int64_t>(li) * P;
+      const gpu::MatvecInput in_ple = staged(nullptr);
+      op(w, prof, 10, [&] {
+        if (ple_separate_) {
+          float* g = w.gu.as<float>();
+          gpu::matvec_fused(s, d.ple_gate, in_ple, g);
+          const bool q = is_quantized(d.ple_proj.dtype);
+          gpu::gelu_mul_by(s, g, row, P, w.g.as<float>(), q ? act : nullptr);
+          matvec(s, d.ple_proj, w.g.as<const float>(), act, proj);
+        } else {
+          gpu::matvec_gelu_by_fused(s, d.ple_gate, in_ple, row, w.g.as<float>());
+          gpu::matvec_fused(s, d.ple_proj, input(w.g.as<const float>()), proj);
+        }
+      });
+      joint_w = d.ple_post_norm.as<const float>();
+      joint_scale = d.scalar;
+    }
   }
-  gpu::MatvecInput in_lm = input(proj);
-  in_lm.residual_dev = x2;
-  in_lm.w_post_dev = layers_.back().post_ffw_norm.as<const float>();
-  in_lm.w_norm_dev = final_norm_.as<const float>();
+  if (q6k_embed_) {
+    // A Q6_K LM head (q6k.h) takes the f32 normed activation: the joint and the final norm in
+    // one residual_norm, then the warp-per-row matvec with soft-cap and argmax.
+    float* h = w.h.as<float>();
+    op(w, prof, 9, [&] {
+      gpu::residual_norm(s, H, res, proj, joint_w, final_norm_.as<const float>(), off, eps, h, nullptr, joint_scale);
+      gpu::lm_head_argmax(s, embed_, h, nullptr, cfg_.final_softcap, w.result.as<uint64_t>(), w.logits.as<float>());
+    });
+    return;
+  }
+  const gpu::MatvecInput in_lm = staged(final_norm_.as<const float>());
   op(w, prof, 9, [&] {
     gpu::lm_head_argmax_fused(s, embed_, in_lm, cfg_.final_softcap, w.result.as<uint64_t>(), w.logits.as<float>());
   });

@@ -172,7 +172,8 @@ __device__ __forceinline__ void attn_fused_item(const QKVHeadArgs& qa, const Att
   const int chunk = (n + eff - 1) / eff;
   const int j0 = first + split * chunk;
   const int j1 = min(p + 1, j0 + chunk);
-  const bool has_new = j0 <= p && p < j1;
+  // A KV-shared layer (qa.q_only) computes no K/V row: position p is in the cache already.
+  const bool has_new = !qa.q_only && j0 <= p && p < j1;
   head_norm_rope<kCoherent>(qa, qkv + static_cast<int64_t>(h) * hd, qa.q_norm_dev, p, tmp, part, [&](int i, float v) { sq[i] = v; });
   __syncthreads();
   if (has_new) {
@@ -183,9 +184,21 @@ __device__ __forceinline__ void attn_fused_item(const QKVHeadArgs& qa, const Att
                      sk[i] = kv_round(v, a.kv);
                      if (writer) kv_store(kc, kv_base + i, v, a.kv);
                    });
-    const float* vsrc = qkv + static_cast<int64_t>(a.n_heads + a.n_kv_heads + kvh) * hd;
+    // V: the v slot, or the raw k projection (K=V layers); Gemma 4's v_norm is an rmsnorm
+    // without a weight (qkv_heads' formula and summation order: both CTAs have 128 threads).
+    const float* vsrc = qkv + static_cast<int64_t>(a.n_heads + (qa.v_from_k ? 0 : a.n_kv_heads) + kvh) * hd;
+    float vinv = 1.0f;
+    if (qa.v_norm) {
+      float ss = 0.0f;
+      for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+        const float v = kCoherent ? __ldcg(vsrc + i) : vsrc[i];
+        ss = fmaf(v, v, ss);
+      }
+      vinv = 1.0f / sqrtf(block_sum(ss, part) / static_cast<float>(hd) + qa.eps);
+    }
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
-      const float v = kCoherent ? __ldcg(vsrc + i) : vsrc[i];
+      const float raw = kCoherent ? __ldcg(vsrc + i) : vsrc[i];
+      const float v = qa.v_norm ? raw * vinv : raw;
       sv[i] = kv_round(v, a.kv);
       if (writer) kv_store(vc, kv_base + i, v, a.kv);
     }
@@ -216,7 +229,7 @@ __device__ __forceinline__ void attn_fused_item(const QKVHeadArgs& qa, const Att
     }
 #pragma unroll
     for (int g = 0; g < G; ++g) {
-      const bool ok = j + g < j1, cur = j + g == p;
+      const bool ok = j + g < j1, cur = has_new && j + g == p;
 #pragma unroll
       for (int e = 0; e < kE; ++e) {
         const bool use = ok && e < E;

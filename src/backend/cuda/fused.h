@@ -14,7 +14,8 @@
 namespace eg::cuda {
 
 /// The activation a fused matvec builds from f32 device vectors of W.cols elements (W.cols % 32 == 0):
-///   v = residual + rmsnorm(src; w_post)   when residual_dev is set (w_post_dev required), else v = src
+///   v = (residual + rmsnorm(src; w_post))·scale   when residual_dev is set (w_post_dev required;
+///                                         scale: Gemma 4's layer_scalar, 1 elsewhere), else v = src
 ///   residual_out_dev ← v                  when set (written by CTA 0; must not alias src or residual)
 ///   h = rmsnorm(v; w_norm)                when w_norm_dev is set, else h = v
 /// rmsnorm(x; w) = x·(1/sqrt(mean(x²) + eps))·(w_offset + w) (ops::rmsnorm), each multiply and add
@@ -28,6 +29,7 @@ struct MatvecInput {
   float* residual_out_dev = nullptr;
   const float* w_norm_dev = nullptr;
   float w_offset = 1.0f, eps = 1e-6f;
+  float scale = 1.0f;  // applied to v only with a residual (×1 is exact: Gemma 2/3 unchanged)
 };
 
 /// y_dev[n] = Σ_k W[n,k]·h[k] (as matvec, with h from `in`).
@@ -42,6 +44,11 @@ std::string interleave_gate_up(const void* gate, const void* up, DType t, int64_
 /// (ops::gelu_tanh_mul's roundings).
 void matvec_gelu_fused(const Stream& s, const DeviceWeight& W_interleaved, const MatvecInput& in, float* y_dev);
 
+/// y_dev[n] = gelu_tanh(Σ_k W[n,k]·h[k])·mul_dev[n] (gelu_mul_by's roundings on matvec_fused's y):
+/// Gemma 4's per-layer-embedding gate, mul_dev being the layer's PLE input row [W.rows].
+void matvec_gelu_by_fused(const Stream& s, const DeviceWeight& W, const MatvecInput& in, const float* mul_dev,
+                          float* y_dev);
+
 /// lm_head_argmax on the input stage. The result word must be 0 before the kernel runs (e.g.
 /// zeroed by embed_row's clear_dev): this launch does not clear it, so it can follow the previous
 /// kernel with programmatic launch.
@@ -55,7 +62,10 @@ void lm_head_argmax_fused(const Stream& s, const DeviceWeight& W, const MatvecIn
 /// (a device counter, reset by it) merges the splits and writes out_dev [nh·hd] f32.
 /// qkv_dev = [q: nh·hd | k: nkv·hd | v: nkv·hd]; partial_dev: attention_partial_floats(nh, hd,
 /// n_splits) floats; counters_dev: n_heads uint32, zero before the first launch (left zero).
-/// qa.n_heads/n_kv_heads/head_dim must equal aa's.
+/// qa.n_heads/n_kv_heads/head_dim must equal aa's. Gemma 4 (qkv_heads' flags): qa.v_norm (V as
+/// rmsnorm without a weight), qa.v_from_k (V from the raw k projection; qkv_dev = [q | k]) and
+/// qa.q_only (a KV-shared layer: qkv_dev = [q], nothing written, every key read from the cache,
+/// which must already hold position pos: the source layer's).
 void attention_fused(const Stream& s, const QKVHeadArgs& qa, const AttentionArgs& aa, const float* qkv_dev,
                      const StepArgs* args_dev, void* k_cache_dev, void* v_cache_dev, float* partial_dev,
                      uint32_t* counters_dev, float* out_dev);

@@ -170,7 +170,7 @@ void launch(const Stream& s, const DeviceWeight& W, const float* x, const void* 
 // The fused kernels (fused.h): input stage, then one of the epilogues.
 template <int kEpi>
 void launch_fused(const Stream& s, const DeviceWeight& W, const MatvecInput& in, float* y, float softcap,
-                  unsigned long long* result) {
+                  unsigned long long* result, const float* mul = nullptr) {
   if (!in.src_dev) throw Error("CUDA fused matvec: no input vector");
   if (in.residual_dev && !in.w_post_dev) throw Error("CUDA fused matvec: a residual needs w_post");
   if (in.residual_out_dev && (in.residual_out_dev == in.residual_dev || in.residual_out_dev == in.src_dev))
@@ -185,9 +185,11 @@ void launch_fused(const Stream& s, const DeviceWeight& W, const MatvecInput& in,
   a.in_w_norm = in.w_norm_dev;
   a.in_off = in.w_offset;
   a.in_eps = in.eps;
+  a.in_scale = in.scale;
   a.y = y;
   a.softcap = softcap;
   a.result = result;
+  a.mul = mul;
   launch_args<kEpi, true>(s, W.dtype, a, grid, detail::pdl_enabled());
 }
 
@@ -203,6 +205,12 @@ void matvec_gelu_fused(const Stream& s, const DeviceWeight& W_interleaved, const
   if (W_interleaved.rows % kTileRows != 0)
     throw Error("CUDA matvec_gelu_fused: rows " + std::to_string(W_interleaved.rows) + " are not a multiple of 8");
   launch_fused<kGelu>(s, W_interleaved, in, y_dev, 0.0f, nullptr);
+}
+
+void matvec_gelu_by_fused(const Stream& s, const DeviceWeight& W, const MatvecInput& in, const float* mul_dev,
+                          float* y_dev) {
+  if (!y_dev || !mul_dev) throw Error("CUDA matvec_gelu_by_fused: no output or no multiplier");
+  launch_fused<kGeluBy>(s, W, in, y_dev, 0.0f, nullptr, mul_dev);
 }
 
 void lm_head_argmax_fused(const Stream& s, const DeviceWeight& W, const MatvecInput& in, float softcap,

@@ -43,6 +43,7 @@ struct Args {
   unsigned long long* result = nullptr;  // argmax key (lm head)
   int8_t* q_out = nullptr;            // kGeluQ: the quantized outputs (K int8, then {d, Σq} per block)
   int2* meta_out = nullptr;
+  const float* mul = nullptr;         // kGeluBy: y[row] = gelu_tanh(W·h)[row]·mul[row]
   // Input stage (fused kernels, fused.h): the activation is built in shared memory from these.
   const float* in_p = nullptr;
   const float* in_r = nullptr;
@@ -50,6 +51,7 @@ struct Args {
   float* in_r_out = nullptr;
   const float* in_w_norm = nullptr;
   float in_off = 1.0f, in_eps = 1e-6f;
+  float in_scale = 1.0f;              // v ·= in_scale (with in_r only; Gemma 4's layer_scalar)
   int K = 0;
 };
 
@@ -163,11 +165,11 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, int64_t row) {
   return (static_cast<unsigned long long>(u) << 32) | (0xFFFFFFFFull - static_cast<unsigned long long>(row));
 }
 
-// Epilogues: store y, GELU-tanh(gate)·up of an interleaved gate|up matrix (fused.h), or the LM
-// head's soft-cap + argmax.
+// Epilogues: store y, GELU-tanh(gate)·up of an interleaved gate|up matrix (fused.h), the LM
+// head's soft-cap + argmax, or GELU-tanh(y)·mul (kGeluBy: Gemma 4's PLE gate).
 // kGeluQ (wk = 1 only): as kGelu, but the 32 outputs of a CTA's 8 tiles are quantized as one
 // block (quantize_act's scheme) into q_out / meta_out instead of stored as f32.
-enum Epi : int { kStore = 0, kGelu = 1, kArgmaxEpi = 2, kGeluQ = 3 };
+enum Epi : int { kStore = 0, kGelu = 1, kArgmaxEpi = 2, kGeluQ = 3, kGeluBy = 4 };
 
 __host__ __device__ constexpr bool quantized_dtype(DType t) { return t == DType::Q4_0 || t == DType::Q8_0; }
 
@@ -233,11 +235,11 @@ __device__ __forceinline__ void stage_load(int K, const float* __restrict__ a0, 
 }
 
 // The input stage (fused.h, MatvecInput; kCoherent: the inputs were written by this same kernel,
-// so they are read through L2, not the read-only cache): v = r + rmsnorm(p; w_post) (or p), written to r_out by
-// CTA 0; h = rmsnorm(v; w_norm) (or v); then h quantized (int8 blocks + {d, Σq}, quantize_act's
-// scheme) or as f32 into shared memory `dyn`. Every CTA computes the same values in the same
-// order; the explicit roundings keep v identical between CTAs. The inputs are read once, into
-// the scratch part of `dyn` (after the activation): [p | w_norm | r | w_post].
+// so they are read through L2, not the read-only cache): v = (r + rmsnorm(p; w_post))·in_scale
+// (or p), written to r_out by CTA 0; h = rmsnorm(v; w_norm) (or v); then h quantized (int8 blocks
+// + {d, Σq}, quantize_act's scheme) or as f32 into shared memory `dyn`. Every CTA computes the
+// same values in the same order; the explicit roundings keep v identical between CTAs. The inputs
+// are read once, into the scratch part of `dyn` (after the activation): [p | w_norm | r | w_post].
 template <bool kQuant, bool kCoherent = false>
 __device__ void build_input(const Args& a, unsigned char* dyn, float* part) {
   const int K = a.K;
@@ -255,7 +257,8 @@ __device__ void build_input(const Args& a, unsigned char* dyn, float* part) {
     const float inv1 = 1.0f / sqrtf(cta_sum(ss, part) / static_cast<float>(K) + a.in_eps);
     const bool write_r = a.in_r_out && blockIdx.x == 0;
     for (int i = threadIdx.x; i < K; i += kThreads) {
-      const float v = __fadd_rn(sr[i], __fmul_rn(__fmul_rn(sp[i], inv1), __fadd_rn(off, swp[i])));
+      const float v =
+          __fmul_rn(__fadd_rn(sr[i], __fmul_rn(__fmul_rn(sp[i], inv1), __fadd_rn(off, swp[i]))), a.in_scale);
       sp[i] = v;  // each thread rewrites only its own elements
       if (write_r) a.in_r_out[i] = v;
     }
@@ -384,6 +387,8 @@ __device__ __forceinline__ void matvec_tiles(const Args& a, const int8_t* qs, co
           const unsigned long long k = argmax_key(v, row);
           best = k > best ? k : best;
           if (a.y) a.y[row] = v;
+        } else if constexpr (kEpi == kGeluBy) {
+          a.y[row] = gelu_tanh_mul_dev(v, a.mul[row]);
         } else {
           a.y[row] = v;
         }
