@@ -255,5 +255,60 @@ TEST(CudaExecutor, TruncateThenContinueMatchesTheCpu) {
   }
 }
 
+// Batched decode over more KV caches than the graphs a workspace keeps (16 by default,
+// EG_CUDA_GRAPHS): every row's step runs the graph captured for its own cache (or the persistent step with its
+// K/V table), captured again after eviction, so each row must match its own CPU cache.
+TEST(CudaExecutor, BatchedDecodeOverManyCachesInOneWorkspaceMatchesTheCpu) {
+  if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";
+  for (const auto& [name, file] : {std::pair<std::string, std::string>{"tiny-gemma4", "tiny-gemma4-q8_0.gguf"},
+                                   {"tiny-gemma2", "tiny-gemma2-q4_0.gguf"},
+                                   {"tiny-gemma3", "tiny-gemma3-q8_0.gguf"}}) {
+    SCOPED_TRACE(file);
+    Fixture f = load(name, file);
+    if (!f.model) continue;
+    const int64_t V = f.model->config().vocab_size;
+    KVCacheOptions ko;
+    ko.max_tokens = 64;
+    constexpr int kRows = 18;
+    std::vector<std::unique_ptr<KVCache>> kc, kg;
+    std::vector<std::unique_ptr<StepWorkspace>> wc;
+    auto wg = f.gpu->new_workspace();
+    std::vector<int32_t> next(kRows);
+    for (int b = 0; b < kRows; ++b) {
+      // Prompts of different lengths and tokens, so that no two rows agree.
+      std::vector<int32_t> p = {2, static_cast<int32_t>((100 + 37 * b) % V), static_cast<int32_t>((900 + 11 * b) % V)};
+      for (int i = 0; i < b % 4; ++i) p.push_back(static_cast<int32_t>((5000 + 101 * b + 7 * i) % V));
+      kc.push_back(f.cpu->new_kv_cache(ko));
+      kg.push_back(f.gpu->new_kv_cache(ko));
+      wc.push_back(f.cpu->new_workspace());
+      std::vector<float> lc, lg;
+      f.cpu->prefill(p.data(), static_cast<int>(p.size()), *kc[b], *wc[b], LogitsMode::Last, lc);
+      f.gpu->prefill(p.data(), static_cast<int>(p.size()), *kg[b], *wg, LogitsMode::None, lg);
+      next[b] = argmax_row(lc.data(), V);
+    }
+    std::vector<KVCache*> kvs;
+    for (auto& k : kg) kvs.push_back(k.get());
+    for (int step = 0; step < 3; ++step) {
+      std::vector<float> lg, lc;
+      // Every other step through decode_argmax (only the ids come back), the rest through decode.
+      std::vector<int32_t> ids(kRows, -1);
+      if (step == 1) f.gpu->decode_argmax(next.data(), kRows, kvs.data(), *wg, ids.data());
+      else f.gpu->decode(next.data(), kRows, kvs.data(), *wg, lg);
+      for (int b = 0; b < kRows; ++b) {
+        f.cpu->prefill(&next[b], 1, *kc[b], *wc[b], LogitsMode::Last, lc);
+        if (step == 1) {
+          ASSERT_TRUE(cudatest::greedy_ok(lc.data(), V, ids[b], kBound)) << "row " << b << " step " << step;
+        } else {
+          ASSERT_LE(rel_err(lc.data(), lg.data() + static_cast<size_t>(b) * V, V), kBound) << "row " << b << " step " << step;
+          ASSERT_TRUE(cudatest::same_greedy_or_near_tie(lc.data(), lg.data() + static_cast<size_t>(b) * V, V, kBound))
+              << "row " << b << " step " << step;
+        }
+        next[b] = argmax_row(lc.data(), V);
+      }
+    }
+    for (int b = 0; b < kRows; ++b) EXPECT_EQ(kg[b]->n_past(), kc[b]->n_past()) << "row " << b;
+  }
+}
+
 }  // namespace
 }  // namespace eg

@@ -63,6 +63,18 @@ inline std::shared_ptr<std::vector<uint8_t>> random_tensor(Rng& g, DType t, int6
       const uint16_t d = f32_to_f16(lo + (hi - lo) * g.uniform());
       std::memcpy(p + b * bb, &d, 2);
     }
+  } else if (t == DType::Q6_K) {
+    // Random ql / qh / int8 sub-block scales; the f16 super-block scale d (bytes 208..209 of
+    // each 210-byte block) in [lo, hi).
+    for (size_t i = 0; i + 8 <= n; i += 8) {
+      const uint64_t r = g.next();
+      std::memcpy(p + i, &r, 8);
+    }
+    constexpr size_t bb = 210;
+    for (size_t b = 0; b < n / bb; ++b) {
+      const uint16_t d = f32_to_f16(lo + (hi - lo) * g.uniform());
+      std::memcpy(p + b * bb + 208, &d, 2);
+    }
   } else {
     // Dense values: about the spread of a Q4_0 block of scale hi (uniform in ±8·hi·0.6).
     const float a = t == DType::F32 ? hi : 5.0f * hi;
@@ -110,7 +122,8 @@ inline void add_uniform(TensorStore& st, Rng& g, const std::string& name, std::v
 
 /// The model `name` (a known_model_config name) with `overrides` merged into its config JSON.
 inline std::unique_ptr<Model> synth_model(const std::string& name, const nlohmann::json& overrides = nlohmann::json::object(),
-                                          DType matrix_type = DType::Q4_0, uint64_t seed = 0x9E3779B97F4A7C15ull) {
+                                          DType matrix_type = DType::Q4_0, uint64_t seed = 0x9E3779B97F4A7C15ull,
+                                          DType embed_type = DType::Q8_0) {
   nlohmann::json cj = known_model_config(name);
   if (cj.contains("layer_types") && overrides.contains("num_hidden_layers") && !overrides.contains("layer_types"))
     cj = truncate_layers(cj, overrides["num_hidden_layers"].get<int>());
@@ -129,7 +142,10 @@ inline std::unique_ptr<Model> synth_model(const std::string& name, const nlohman
     if (g4) add_uniform(st, g, n, {len}, 0.9f, 1.1f);
     else add(st, g, n, DType::F32, {len}, 0.0f, 0.1f);
   };
-  add(st, g, "model.embed_tokens.weight", DType::Q8_0, {V, H}, 0.0005f, 0.001f);
+  // Q8_0 (d·127 ≈ 0.06–0.13), or Q6_K (llama-quantize's choice for a hidden size that is a
+  // multiple of 256) of about the same spread (d·|scale|·|q| ≲ 2.5e-5·128·32 ≈ 0.1).
+  if (embed_type == DType::Q6_K) add(st, g, "model.embed_tokens.weight", DType::Q6_K, {V, H}, 1.2e-5f, 2.5e-5f);
+  else add(st, g, "model.embed_tokens.weight", DType::Q8_0, {V, H}, 0.0005f, 0.001f);
   norm("model.norm.weight", H);
   const int64_t P = cfg.ple_dim > 0 ? cfg.ple_dim : 0, LP = static_cast<int64_t>(cfg.n_layers) * P;
   if (P > 0) {

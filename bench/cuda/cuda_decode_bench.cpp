@@ -7,7 +7,8 @@
 // the f32 per_layer_model_projection; about 4 s and 4 GB of host memory to build E2B) and
 // gemma-4-31b (K=V full layers; large). MoE (gemma-4-26b-a4b) is refused.
 //
-//   cuda_decode_bench [-p 512] [-n 128] [--model gemma-3-1b] [--check 8] [--variants 1]
+//   cuda_decode_bench [-p 512] [-n 128] [--model gemma-3-1b] [--check 8] [--variants 1] [--embed q8_0|q6_k]
+//                     [--batch B]
 //
 // Reports pp (prefill of the -p prompt in one call: the GEMM prefill unless EG_CUDA_PREFILL=steps;
 // timed after one untimed prefill of the same length), tg through prefill(&id, 1, Last) (what
@@ -83,6 +84,32 @@ void run(const StepExecutor& e, int n_prompt, int n_gen, bool pdl) {
                 n_prompt, n_prompt / tp, n_gen, mode == 0 ? "prefill(Last, logits)" : "decode_argmax (id)",
                 n_gen / tg, 1e3 * tg / n_gen);
   }
+}
+
+// Batched decode (the server's shape): B caches with a 64-token prompt each, n_gen steps of
+// decode_argmax over all B rows in one workspace; tok/s over all rows and ms per step.
+void run_batch(const StepExecutor& e, int B, int n_gen) {
+  const int V = e.config().vocab_size;
+  KVCacheOptions ko;
+  ko.max_tokens = 64 + n_gen + 1;
+  std::vector<std::unique_ptr<KVCache>> kv;
+  std::vector<KVCache*> kp;
+  auto ws = e.new_workspace();
+  std::vector<int32_t> prompt(64), ids(static_cast<size_t>(B));
+  std::vector<float> logits;
+  for (int b = 0; b < B; ++b) {
+    for (auto& t : prompt) t = static_cast<int32_t>(next_u64() % V);
+    kv.push_back(e.new_kv_cache(ko));
+    kp.push_back(kv.back().get());
+    e.prefill(prompt.data(), 64, *kv.back(), *ws, LogitsMode::None, logits);
+    ids[b] = static_cast<int32_t>(next_u64() % V);
+  }
+  e.decode_argmax(ids.data(), B, kp.data(), *ws, ids.data());  // first use of each row's step
+  const auto t0 = Clock::now();
+  for (int i = 0; i < n_gen; ++i) e.decode_argmax(ids.data(), B, kp.data(), *ws, ids.data());
+  const double t = secs(t0);
+  std::printf("batch %2d: tg%d via decode_argmax over %d rows: %8.1f tok/s in all, %.3f ms per step\n", B, n_gen, B,
+              B * n_gen / t, 1e3 * t / n_gen);
 }
 
 void check(const Model& m, const StepExecutor& gpu, int steps) {
@@ -176,6 +203,8 @@ void variants(const Model& m, int n_prompt) {
 
 int main(int argc, char** argv) {
   int n_prompt = 512, n_gen = 128, n_check = 8, n_variants = 1;
+  int n_batch = 0;  // --batch B: also the batched decode of B caches in one workspace
+  bool embed_q6k = false;  // --embed q6_k: the embedding / LM head Q6_K (llama-quantize's Q4_0 recipe at H % 256 == 0)
   std::string name = "gemma-3-1b";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -184,6 +213,8 @@ int main(int argc, char** argv) {
     else if (a == "--model") name = argv[i + 1];
     else if (a == "--check") n_check = std::atoi(argv[i + 1]);
     else if (a == "--variants") n_variants = std::atoi(argv[i + 1]);
+    else if (a == "--embed") embed_q6k = std::string(argv[i + 1]) == "q6_k";
+    else if (a == "--batch") n_batch = std::atoi(argv[i + 1]);
   }
   try {
     if (!cuda::device_available()) {
@@ -191,14 +222,16 @@ int main(int argc, char** argv) {
       return 0;
     }
     auto t0 = Clock::now();
-    auto m = synth::synth_model(name);
-    std::printf("synthetic %s (Q4_0, Q8_0 embedding%s): %.1f s to build\n", name.c_str(),
+    auto m = synth::synth_model(name, nlohmann::json::object(), DType::Q4_0, 0x9E3779B97F4A7C15ull,
+                                embed_q6k ? DType::Q6_K : DType::Q8_0);
+    std::printf("synthetic %s (Q4_0, %s embedding%s): %.1f s to build\n", name.c_str(), embed_q6k ? "Q6_K" : "Q8_0",
                 m->config().ple_dim > 0 ? ", Q8_0 PLE table, f32 PLE projection" : "", secs(t0));
     t0 = Clock::now();
     auto e = make_executor(*m, parse_device("cuda"));
     std::printf("%s: weights uploaded in %.1f s\n", e->description().c_str(), secs(t0));
     run(*e, n_prompt, n_gen, false);
     run(*e, n_prompt, n_gen, true);
+    if (n_batch > 0) run_batch(*e, n_batch, n_gen);
     if (n_check > 0) check(*m, *e, n_check);
     if (n_variants > 0) variants(*m, n_prompt);
   } catch (const std::exception& ex) {

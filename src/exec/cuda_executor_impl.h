@@ -144,8 +144,9 @@ struct CudaWorkspace final : StepWorkspace {
       std::fprintf(stderr, " total %.2f\n", total);
     }
     if (timed_steps > 0)
-      std::fprintf(stderr, "cuda: %lld graph replays, %.1f us of GPU time each (EG_CUDA_TIMING)\n",
-                   static_cast<long long>(timed_steps), 1e3 * timed_ms / static_cast<double>(timed_steps));
+      std::fprintf(stderr, "cuda: %lld graph replays, %.1f us of GPU time each, %lld captures (EG_CUDA_TIMING)\n",
+                   static_cast<long long>(timed_steps), 1e3 * timed_ms / static_cast<double>(timed_steps),
+                   static_cast<long long>(graph_captures));
   }
   gpu::Stream stream{0};
   std::unique_ptr<gpu::EventTimer> timer;  // EG_CUDA_TIMING=1: GPU time of every replay
@@ -158,9 +159,19 @@ struct CudaWorkspace final : StepWorkspace {
   gpu::DeviceBuffer args, x, x2, counters, h, act, qkv, q, attn, partial, proj, gu, g, logits, result;
   gpu::DeviceBuffer ple, ple_tok;  // Gemma 4 PLE inputs [L·P] of the step and their token part
   std::vector<float> ple_host;
-  std::unique_ptr<gpu::Graph> graph;
+  // The graph step captured per KV cache stepped in this workspace (the server's batched decode
+  // steps every slot's cache in one workspace): at most CudaExecutor::max_graphs_ (16;
+  // EG_CUDA_GRAPHS=N), the least recently used dropped; all dropped when the attention scratch
+  // they point to is reallocated.
+  struct CapturedStep {
+    uint64_t kv = 0;  // CudaKV::serial of the cache it was captured for
+    uint64_t used = 0;
+    std::unique_ptr<gpu::Graph> graph;
+  };
+  std::vector<CapturedStep> graphs;
+  uint64_t graph_clock = 0;
+  int64_t graph_captures = 0;  // how many captures this workspace made (tests, EG_CUDA_TIMING)
   PersistentStep persistent;  // EG_CUDA_STEP=persistent
-  uint64_t graph_kv = 0;  // serial of the cache the graph was captured for
   PrefillScratch pf;
 };
 
@@ -184,6 +195,7 @@ class CudaExecutor final : public StepExecutor {
     fused_ = !(fz && std::string(fz) == "0");
     const char* at = std::getenv("EG_CUDA_ATTN");
     attn_split_ = at && std::string(at) == "split";
+    if (const char* gr = std::getenv("EG_CUDA_GRAPHS")) max_graphs_ = static_cast<size_t>(std::max(1, std::atoi(gr)));
     const char* pl = std::getenv("EG_CUDA_PLE");  // tuning: separate = the PLE gate in 3 kernels
     ple_separate_ = pl && std::string(pl) == "separate";
     const char* dn = std::getenv("EG_CUDA_DOWN");
@@ -527,8 +539,7 @@ class CudaExecutor final : public StepExecutor {
       gpu::copy_to_device_async(w.stream, w.ple_tok.data(), w.ple_host.data(), static_cast<size_t>(ple_LP_) * 4);
     }
     if (timing_ == 2) {
-      if (!w.partial.data() || w.partial.bytes() < partial_bytes(st.max_tokens))
-        w.partial = gpu::DeviceBuffer(partial_bytes(st.max_tokens));
+      ensure_partial(w, st);
       if (!w.timer) w.timer = std::make_unique<gpu::EventTimer>(w.stream);
       if (fused_) enqueue_step_fused(st, w, true);
       else enqueue_step(st, w, true);
@@ -536,34 +547,26 @@ class CudaExecutor final : public StepExecutor {
       kv.commit(pos + 1);
       return;
     }
-    if (!w.graph || w.graph_kv != st.serial) {
-      if (!w.partial.data() || w.partial.bytes() < partial_bytes(st.max_tokens))
-        w.partial = gpu::DeviceBuffer(partial_bytes(st.max_tokens));
-      w.graph = std::make_unique<gpu::Graph>();
-      w.graph->begin_capture(w.stream);
-      try {
-        if (fused_) enqueue_step_fused(st, w, false);
-        else enqueue_step(st, w, false);
-      } catch (...) {
-        try { w.graph->end_capture(); } catch (...) {}
-        w.graph.reset();
-        throw;
-      }
-      w.graph->end_capture();
-      w.graph_kv = st.serial;
-    }
+    gpu::Graph& graph = step_graph(st, w);
     if (timing_ == 1) {
       if (!w.timer) w.timer = std::make_unique<gpu::EventTimer>(w.stream);
       w.timer->start();
-      w.graph->launch();
+      graph.launch();
       w.timer->stop();
       w.timed_ms += w.timer->elapsed_ms();
       ++w.timed_steps;
     } else {
-      w.graph->launch();
+      graph.launch();
     }
     kv.commit(pos + 1);
   }
+
+  // The attention scratch for a cache of st.max_tokens; growing it drops the captured graphs
+  // (they point to the old buffer).
+  void ensure_partial(CudaWorkspace& w, const CudaKV& st) const;
+  // The graph of the step for this cache in this workspace: found, or captured now (evicting
+  // the least recently used beyond max_graphs_).
+  gpu::Graph& step_graph(CudaKV& st, CudaWorkspace& w) const;
 
   // EG_CUDA_PREFILL=gemm|steps, EG_CUDA_PREFILL_CHUNK=N (tokens per chunk, default 512),
   // EG_CUDA_PREFILL_MIN=N (calls with fewer tokens take the step loop, default 2),
@@ -679,6 +682,7 @@ class CudaExecutor final : public StepExecutor {
   int split_min_keys_ = 32;  // fused attention: keys per used split at least (EG_CUDA_SPLIT_MIN_KEYS)
   bool fused_ = true;  // the fused step (EG_CUDA_FUSED=0: separate kernels)
   bool attn_split_ = false;  // fused step with qkv_heads + split attention (EG_CUDA_ATTN=split)
+  size_t max_graphs_ = 16;  // captured graph steps kept per workspace (EG_CUDA_GRAPHS=N; 1 = the old behaviour)
   bool ple_separate_ = false;  // fused step, Gemma 4 PLE gate: matvec + gelu_mul_by + matvec (EG_CUDA_PLE=separate)
   // Fused step: quantize_act + plain down matvec (default; measured faster than the per-CTA input
   // stage over 6912 values), or EG_CUDA_DOWN=stage for the fused down.

@@ -99,6 +99,41 @@ void CudaExecutor::enqueue_step(CudaKV& st, CudaWorkspace& w, bool prof) const {
   });
 }
 
+void CudaExecutor::ensure_partial(CudaWorkspace& w, const CudaKV& st) const {
+  if (w.partial.data() && w.partial.bytes() >= partial_bytes(st.max_tokens)) return;
+  w.graphs.clear();
+  w.partial = gpu::DeviceBuffer(partial_bytes(st.max_tokens));
+}
+
+gpu::Graph& CudaExecutor::step_graph(CudaKV& st, CudaWorkspace& w) const {
+  ensure_partial(w, st);
+  ++w.graph_clock;
+  for (auto& c : w.graphs) {
+    if (c.kv == st.serial) {
+      c.used = w.graph_clock;
+      return *c.graph;
+    }
+  }
+  auto g = std::make_unique<gpu::Graph>();
+  g->begin_capture(w.stream);
+  try {
+    if (fused_) enqueue_step_fused(st, w, false);
+    else enqueue_step(st, w, false);
+  } catch (...) {
+    try { g->end_capture(); } catch (...) {}
+    throw;
+  }
+  g->end_capture();
+  ++w.graph_captures;
+  if (w.graphs.size() >= max_graphs_) {
+    auto lru = std::min_element(w.graphs.begin(), w.graphs.end(),
+                                [](const auto& a, const auto& b) { return a.used < b.used; });
+    w.graphs.erase(lru);
+  }
+  w.graphs.push_back({st.serial, w.graph_clock, std::move(g)});
+  return *w.graphs.back().graph;
+}
+
 void CudaExecutor::layer_end_step(CudaWorkspace& w, bool prof, int li, const float* w_next) const {
   const gpu::Stream& s = w.stream;
   const DevLayer& d = layers_[li];
