@@ -145,13 +145,14 @@ TEST(Executor, ParseDevice) {
   EXPECT_TRUE(device_compiled_in(Device::CPU));
 }
 
-// auto with media (an mmproj, images or audio in the prompt) is the CPU, the one executor that
-// takes media embeddings; an explicit device stays, and auto without media stays auto.
-TEST(Executor, AutoWithMediaIsTheCpu) {
-  const DeviceRequest a = device_for_media(parse_device("auto"), true);
-  EXPECT_FALSE(a.automatic);
-  EXPECT_EQ(a.device, Device::CPU);
+// Media (an mmproj, images or audio in the prompt) keep the request: the CPU and the CUDA
+// executor both take media embeddings, so auto stays auto and an explicit device stays.
+TEST(Executor, MediaKeepTheDeviceRequest) {
+  EXPECT_TRUE(device_for_media(parse_device("auto"), true).automatic);
   EXPECT_TRUE(device_for_media(parse_device("auto"), false).automatic);
+  const DeviceRequest p = device_for_media(parse_device("cpu"), true);
+  EXPECT_FALSE(p.automatic);
+  EXPECT_EQ(p.device, Device::CPU);
   const DeviceRequest c = device_for_media(parse_device("cuda"), true);
   EXPECT_FALSE(c.automatic);
   EXPECT_EQ(c.device, Device::CUDA);

@@ -58,6 +58,7 @@ struct PrefillScratch {
   int tokens = 0;
   std::unique_ptr<gpu::Gemm> gemm;
   gpu::DeviceBuffer ids, x, proj, h16, qkv, q, gu, w16, result;
+  gpu::DeviceBuffer key_end;       // int32 [tokens]: a media chunk's last key per row (bidirectional spans)
   gpu::DeviceBuffer attn_part;     // attention_prefill's split scratch (partial softmax sums)
   gpu::DeviceBuffer ple, ple_tok;  // Gemma 4 PLE inputs [tokens, L·P] and their token part
   std::vector<float> ple_host;     // ... the token part gathered on the host (dtypes dequant_rows lacks)
@@ -410,6 +411,13 @@ class CudaExecutor final : public StepExecutor {
     w.stream.sync();
   }
 
+  // Images' / audio's soft tokens (Model::forward's EmbedSpan): the GEMM prefill with those rows
+  // in place of the token embeddings, their PLE rows the pad row (0), and bidirectional spans'
+  // rows seeing keys to the span's end (attention_prefill's key_end; Gemma 4 "vision": sliding
+  // layers only). Chunks never cut a bidirectional span (cuda_executor_prefill.cpp).
+  void prefill_media(const int32_t* tokens, int T, const std::vector<EmbedSpan>& media, KVCache& kv,
+                     StepWorkspace& ws, LogitsMode mode, std::vector<float>& logits) const override;
+
   void decode(const int32_t* tokens, int B, KVCache* const* kvs, StepWorkspace& ws,
               std::vector<float>& logits) const override {
     check_batch(tokens, B, kvs);
@@ -602,8 +610,10 @@ class CudaExecutor final : public StepExecutor {
 
   // One chunk of T tokens at kv.n_past() through every layer (prefill.h), then the LM head of
   // the last row (logits_out non-null) or of every row (all).
+  // media (optional): embedding rows replacing rows of the chunk (relative to it), key_end
+  // (optional, host [T]): each row's last key (absolute), for bidirectional spans.
   void prefill_chunk(const int32_t* tokens, int T, KVCache& kv, CudaKV& st, CudaWorkspace& w, float* logits_out,
-                     bool all) const;
+                     bool all, const std::vector<EmbedSpan>* media = nullptr, const int32_t* key_end = nullptr) const;
 
   void matvec(const gpu::Stream& s, const gpu::DeviceWeight& W, const float* x, const void* act, float* y) const;
 

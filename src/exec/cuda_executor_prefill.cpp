@@ -17,6 +17,7 @@ void CudaExecutor::ensure_prefill_scratch(CudaWorkspace& w, int n) const {
   const int64_t H = cfg_.hidden_size, C = n;
   const int64_t k16 = std::max({H, max_q_, max_i_});
   p.ids = gpu::DeviceBuffer(C * 4);
+  p.key_end = gpu::DeviceBuffer(C * 4);
   p.x = gpu::DeviceBuffer(C * H * 4);
   p.proj = gpu::DeviceBuffer(C * H * 4);
   p.h16 = gpu::DeviceBuffer(C * k16 * 2);
@@ -85,7 +86,7 @@ void CudaExecutor::gemm(CudaWorkspace& w, const DevLayer& d, const gpu::DeviceWe
 }
 
 void CudaExecutor::prefill_chunk(const int32_t* tokens, int T, KVCache& kv, CudaKV& st, CudaWorkspace& w, float* logits_out,
-                   bool all) const {
+                   bool all, const std::vector<EmbedSpan>* media, const int32_t* key_end) const {
   ensure_prefill_scratch(w, T);
   const gpu::Stream& s = w.stream;
   PrefillScratch& p = w.pf;
@@ -106,6 +107,18 @@ void CudaExecutor::prefill_chunk(const int32_t* tokens, int T, KVCache& kv, Cuda
   mark(0);
   gpu::copy_to_device_async(s, p.ids.data(), tokens, static_cast<size_t>(T) * 4);
   gpu::embed_rows(s, embed_, p.ids.as<const int32_t>(), T, embed_scale_, x);
+  // Media rows replace their tokens' embeddings (as stored: no embedding scale), before the PLE
+  // context part reads x; their PLE token rows are the table's pad row 0 (Model::forward).
+  std::vector<int32_t> ple_ids;
+  if (media) {
+    for (const EmbedSpan& m : *media)
+      gpu::copy_to_device_async(s, x + static_cast<int64_t>(m.begin) * H, m.rows, static_cast<size_t>(m.n) * H * 4);
+    if (ple_LP_ > 0) {
+      ple_ids.assign(tokens, tokens + T);
+      for (const EmbedSpan& m : *media) std::fill(ple_ids.begin() + m.begin, ple_ids.begin() + m.begin + m.n, 0);
+    }
+  }
+  if (key_end) gpu::copy_to_device_async(s, p.key_end.data(), key_end, static_cast<size_t>(T) * 4);
   // Gemma 4 PLE inputs of the chunk: the context part now (it reads the embedding, which layer 0
   // updates in place); the token rows and the mix in layer 0, before its PLE gate, so that the
   // host copies the rows while the GPU runs layer 0.
@@ -126,8 +139,11 @@ void CudaExecutor::prefill_chunk(const int32_t* tokens, int T, KVCache& kv, Cuda
     gpu::qk_rope_kv_rows(s, qkv_args(lc, d, st.elem), T, pos0, qkv, p.q.as<float>(), st.k[li].data(), st.v[li].data());
     mark(3);
     const int kl = d.kv_layer;  // itself, or the source of a KV-shared layer (written above it)
+    // Bidirectional media rows (Gemma 4 "vision": on sliding layers only, as attention_block.cpp).
+    const bool bidi = key_end && !(cfg_.image_blocks_sliding_only && lc.type != LayerType::Sliding);
     gpu::attention_prefill(s, attn_args(lc, st.elem, 1), T, pos0, p.q.as<const float>(), st.k[kl].data(),
-                           st.v[kl].data(), ty, h16, p.attn_part.data(), p.attn_part.bytes());
+                           st.v[kl].data(), ty, h16, p.attn_part.data(), p.attn_part.bytes(),
+                           bidi ? p.key_end.as<const int32_t>() : nullptr);
     mark(4);
     gemm(w, d, d.o, h16, T, proj, H);
     gpu::residual_norm_rows(s, T, H, x, proj, d.post_attn_norm.as<const float>(), d.pre_ffw_norm.as<const float>(),
@@ -152,7 +168,7 @@ void CudaExecutor::prefill_chunk(const int32_t* tokens, int T, KVCache& kv, Cuda
         gpu::residual_norm_rows(s, T, H, x, proj, d.post_ffw_norm.as<const float>(), nullptr, off, eps, ty, h16);
         mark(5);
         if (li == 0) {
-          upload_ple_token_rows(tokens, T, p, s);
+          upload_ple_token_rows(ple_ids.empty() ? tokens : ple_ids.data(), T, p, s);
           ple_mix(s, T, p.ple_tok.as<const float>(), p.ple.as<float>());
           mark(0);
         }
@@ -215,6 +231,58 @@ void CudaExecutor::prefill_chunk(const int32_t* tokens, int T, KVCache& kv, Cuda
     kv.commit(p0 + n);
     p0 += n;
   }
+}
+
+void CudaExecutor::prefill_media(const int32_t* tokens, int T, const std::vector<EmbedSpan>& media, KVCache& kv,
+                                 StepWorkspace& ws, LogitsMode mode, std::vector<float>& logits) const {
+  if (media.empty()) return prefill(tokens, T, kv, ws, mode, logits);
+  if (T <= 0) throw Error("forward: no tokens");
+  CudaKV& st = check_cache(kv);
+  check_room(kv, T, -1);
+  for (int t = 0; t < T; ++t) check_token(tokens[t]);
+  for (size_t i = 0, end = 0; i < media.size(); ++i) {  // Model::forward's check and message
+    const EmbedSpan& m = media[i];
+    if (m.n <= 0 || m.begin < static_cast<int>(end) || m.begin + m.n > T || !m.rows)
+      throw Error("forward: embedding span " + std::to_string(i) + " (rows " + std::to_string(m.begin) + ".." +
+                  std::to_string(m.begin + m.n - 1) + ") is outside the call's " + std::to_string(T) +
+                  " tokens or overlaps the previous one");
+    end = static_cast<size_t>(m.begin + m.n);
+  }
+  auto& w = static_cast<CudaWorkspace&>(ws);
+  const int64_t V = cfg_.vocab_size, H = cfg_.hidden_size;
+  const int pos0 = kv.n_past();
+  // Each row's last key (absolute): its own position, or a bidirectional span's last one.
+  std::vector<int32_t> key_end;
+  for (const EmbedSpan& m : media) {
+    if (!m.bidirectional) continue;
+    if (key_end.empty()) {
+      key_end.resize(static_cast<size_t>(T));
+      for (int t = 0; t < T; ++t) key_end[t] = pos0 + t;
+    }
+    for (int t = m.begin; t < m.begin + m.n; ++t) key_end[t] = pos0 + m.begin + m.n - 1;
+  }
+  if (mode == LogitsMode::Last) logits.resize(static_cast<size_t>(V));
+  if (mode == LogitsMode::All) logits.resize(static_cast<size_t>(T) * V);
+  for (int c0 = 0; c0 < T;) {
+    int n = std::min(pf_chunk_, T - c0);
+    // Never cut a bidirectional span (its rows need keys up to its end): end the chunk before it,
+    // or, when it starts the chunk, take all of it.
+    for (const EmbedSpan& m : media)
+      if (m.bidirectional && m.begin < c0 + n && m.begin + m.n > c0 + n)
+        n = m.begin > c0 ? m.begin - c0 : std::min(m.begin + m.n - c0, 65535);
+    std::vector<EmbedSpan> part;  // the spans' rows inside this chunk, relative to it
+    for (const EmbedSpan& m : media) {
+      const int b = std::max(m.begin, c0), e = std::min(m.begin + m.n, c0 + n);
+      if (b < e) part.push_back({b - c0, e - b, m.rows + static_cast<int64_t>(b - m.begin) * H, m.bidirectional});
+    }
+    const bool last = c0 + n == T;
+    float* out = mode == LogitsMode::All ? logits.data() + static_cast<size_t>(c0) * V
+                 : mode == LogitsMode::Last && last ? logits.data() : nullptr;
+    prefill_chunk(tokens + c0, n, kv, st, w, out, mode == LogitsMode::All, part.empty() ? nullptr : &part,
+                  key_end.empty() ? nullptr : key_end.data() + c0);
+    c0 += n;
+  }
+  w.stream.sync();
 }
 
 }  // namespace eg::cudaexec

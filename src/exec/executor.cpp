@@ -32,7 +32,7 @@ DeviceRequest parse_device(const std::string& s) {
 }
 
 DeviceRequest device_for_media(DeviceRequest r, bool may_have_media) {
-  if (r.automatic && may_have_media) return DeviceRequest{false, Device::CPU};
+  (void)may_have_media;  // every executor takes media embeddings now (prefill_media)
   return r;
 }
 

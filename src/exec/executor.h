@@ -49,9 +49,9 @@ struct DeviceRequest {
 /// choices.
 DeviceRequest parse_device(const std::string& s);
 
-/// `auto` becomes the CPU when images or audio may come (an mmproj attached, media in the
-/// prompt): only the CPU executor takes media embeddings yet (prefill_media). An explicit device
-/// is kept (and media on it are an error that says so).
+/// The device for a run that may take images or audio (an mmproj attached, media in the prompt).
+/// Until 2026-12-03 `auto` became the CPU then; now the CPU and the CUDA executor both take media
+/// embeddings (prefill_media), so the request is kept as it is.
 DeviceRequest device_for_media(DeviceRequest r, bool may_have_media);
 
 /// True when this build has the device's backend compiled in (CPU: always).

@@ -83,9 +83,13 @@ void qk_rope_kv_rows(const Stream& s, const QKVHeadArgs& a, int T, int pos0, con
 /// lets the kernel split the chunk's keys over up to 4 CTAs per query tile and merge their
 /// partial softmax sums (attention_prefill_splits says how many it will use); the result equals
 /// the unsplit one up to f32 rounding.
+/// key_end_dev (optional, int32 [T] device): row t sees keys up to max(key_end[t], pos0 + t)
+/// instead of pos0 + t (a bidirectional image span: its rows see the span's last position, as
+/// kv::paged_attention's key_end; the window's first key still follows the row's own position);
+/// key_end[t] ≤ pos0 + T − 1. With it the keys are never split (scratch unused).
 void attention_prefill(const Stream& s, const AttentionArgs& a, int T, int pos0, const float* q_dev,
                        const void* k_cache_dev, const void* v_cache_dev, GemmType t, void* out_dev,
-                       void* scratch_dev = nullptr, size_t scratch_bytes = 0);
+                       void* scratch_dev = nullptr, size_t scratch_bytes = 0, const int32_t* key_end_dev = nullptr);
 /// Bytes of the split scratch for T queries: 4 · T · nh · (hd + 2) · 4.
 size_t attention_prefill_scratch_bytes(const AttentionArgs& a, int T);
 /// The number of key spans attention_prefill uses with scratch_bytes of scratch (1: unsplit):

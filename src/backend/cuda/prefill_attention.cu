@@ -46,7 +46,8 @@ template <int kNC, int kQW, KVElem kT>
 __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttentionArgs a, int T, int pos0, const float* q,
                                                                   const void* kc, const void* vc, int out_t,
                                                                   uint16_t* out, int kb0, int S, int n_splits,
-                                                                  float* part_acc, float* part_ml) {
+                                                                  float* part_acc, float* part_ml,
+                                                                  const int* key_end) {
   extern __shared__ float4 smem4[];
   constexpr int BQ = kWarps * kQW;
   const int hd = a.head_dim, ks = hd + 4;
@@ -59,8 +60,12 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttentionArgs
   const int64_t qstride = static_cast<int64_t>(a.n_heads) * hd;
   const int p_first = pos0 + t0, p_last = pos0 + min(T, t0 + BQ) - 1;
   const int k_begin = a.window > 0 ? max(0, p_first - a.window + 1) : 0;
+  // The last key any of this CTA's rows sees (a bidirectional span's rows: key_end; never split).
+  int c_last = p_last;
+  if (key_end)
+    for (int t = t0; t < min(T, t0 + BQ); ++t) c_last = max(c_last, key_end[t]);
   // This CTA's keys: [k_lo, k_hi] (span z of the split, or all of them).
-  int k_lo = k_begin, k_hi = p_last;
+  int k_lo = k_begin, k_hi = c_last;
   bool direct = true;
   const int z = blockIdx.z;
   if (n_splits > 1) {
@@ -74,7 +79,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttentionArgs
     const int r = i / hd, c = i - r * hd;
     sQ[i] = t0 + r < T ? q[static_cast<int64_t>(t0 + r) * qstride + static_cast<int64_t>(h) * hd + c] : 0.0f;
   }
-  int qp[kQW], lo[kQW];
+  int qp[kQW], qe[kQW], lo[kQW];
   bool qv[kQW];
   float m[kQW], l[kQW], acc[kQW][kNC][4];
 #pragma unroll
@@ -82,6 +87,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttentionArgs
     const int tq = t0 + warp * kQW + j;
     qv[j] = tq < T;
     qp[j] = pos0 + tq;
+    qe[j] = key_end && qv[j] ? max(key_end[tq], qp[j]) : qp[j];  // the row's last key
     lo[j] = a.window > 0 ? max(0, qp[j] - a.window + 1) : 0;
     m[j] = -INFINITY;
     l[j] = 0.0f;
@@ -91,7 +97,11 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttentionArgs
       for (int e = 0; e < 4; ++e) acc[j][c][e] = 0.0f;
   }
   // The warp's key range: tiles outside it are skipped (warp-uniform).
-  const int w_lo = lo[0], w_hi = qv[kQW - 1] ? qp[kQW - 1] : p_last;
+  int w_hi = lo[0];
+#pragma unroll
+  for (int j = 0; j < kQW; ++j)
+    if (qv[j]) w_hi = max(w_hi, qe[j]);
+  const int w_lo = lo[0];
   for (int kt = k_lo; kt <= k_hi; kt += kBK) {
     __syncthreads();  // the previous tile is consumed (first time: sQ is complete)
     {
@@ -162,7 +172,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_prefill_kernel(AttentionArgs
     for (int j = 0; j < kQW; ++j) {
       float sc = s[j] * a.scale;
       if (a.softcap > 0.0f) sc = a.softcap * tanhf(sc / a.softcap);
-      const bool ok = qv[j] && key <= qp[j] && key >= lo[j] && key <= k_hi;
+      const bool ok = qv[j] && key <= qe[j] && key >= lo[j] && key <= k_hi;
       sc = ok ? sc : -INFINITY;
       float mx = sc;
 #pragma unroll
@@ -273,7 +283,7 @@ __global__ void attn_combine_kernel(AttentionArgs a, int T, int pos0, int BQ, in
 }
 
 using Kernel = void (*)(AttentionArgs, int, int, const float*, const void*, const void*, int, uint16_t*, int, int,
-                        int, float*, float*);
+                        int, float*, float*, const int*);
 
 constexpr int kMaxSplits = 4;
 constexpr int kSplitKeys = 128;  // at least this many keys per span (64–256 and up to 8 spans: within ±2%)
@@ -317,13 +327,13 @@ int attention_prefill_splits(const Stream& s, const AttentionArgs& a, int T, int
 
 void attention_prefill(const Stream& s, const AttentionArgs& a, int T, int pos0, const float* q_dev,
                        const void* k_cache_dev, const void* v_cache_dev, GemmType t, void* out_dev, void* scratch_dev,
-                       size_t scratch_bytes) {
+                       size_t scratch_bytes, const int32_t* key_end_dev) {
   const int hd = a.head_dim;
   if (hd <= 0 || hd > 512 || hd % 32 != 0 || a.n_heads <= 0 || a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads != 0 ||
       T <= 0 || pos0 < 0 || a.n_heads > 65535)
     throw Error("CUDA attention_prefill: bad shape");
   const int nc = (hd + 127) / 128;
-  const int n_splits = scratch_dev ? attention_prefill_splits(s, a, T, pos0, scratch_bytes) : 1;
+  const int n_splits = scratch_dev && !key_end_dev ? attention_prefill_splits(s, a, T, pos0, scratch_bytes) : 1;
   const int kb0 = chunk_first_key(a, pos0), range = pos0 + T - kb0;
   const int S = n_splits > 1 ? ((range + n_splits - 1) / n_splits + 31) / 32 * 32 : range;
   // 4 queries per warp when that still gives every multiprocessor a CTA, else 2 (more CTAs).
@@ -339,7 +349,8 @@ void attention_prefill(const Stream& s, const AttentionArgs& a, int T, int pos0,
   float* part_ml = part_acc ? part_acc + static_cast<size_t>(n_splits) * T * a.n_heads * hd : nullptr;
   cudaStream_t st = detail::stream_of(s.handle());
   k<<<grid, kWarps * 32, smem, st>>>(a, T, pos0, q_dev, k_cache_dev, v_cache_dev, static_cast<int>(t),
-                                     static_cast<uint16_t*>(out_dev), kb0, S, n_splits, part_acc, part_ml);
+                                     static_cast<uint16_t*>(out_dev), kb0, S, n_splits, part_acc, part_ml,
+                                     reinterpret_cast<const int*>(key_end_dev));
   EG_CUDA_CHECK_LAUNCH();
   if (n_splits > 1) {
     attn_combine_kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(a.n_heads)), 128, 0, st>>>(
