@@ -82,7 +82,7 @@ const std::vector<std::vector<int32_t>> kPrompts = {
 // 5.6e-3 / 9.6e-3 before the CPU's packed kernels and vector GELU / soft-cap (2026-12-01); the
 // flipped ids were near-ties (top-two gaps 3.7e-3 and 8.6e-4 of the range; the CPU itself flips
 // the second with an f32 KV cache). docs/cuda.md.
-constexpr float kBound = 1.5e-2f;
+constexpr float kBound = cudatest::kLogitBound;
 
 void check_model(const std::string& name, const std::string& file, KVType kv_type) {
   if (!cuda::device_available()) GTEST_SKIP() << "no CUDA device";

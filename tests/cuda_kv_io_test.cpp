@@ -33,8 +33,7 @@
 namespace eg {
 namespace {
 
-// The executor tests' bound (cuda_executor_test.cpp kBound): 1.5e-2 of the row's logit range.
-constexpr float kBound = 1.5e-2f;
+constexpr float kBound = cudatest::kLogitBound;  // 1.5e-2 of the row's logit range
 
 std::string tiny(const std::string& model) {
   for (const char* q : {"q8_0", "q4_0"}) {

@@ -39,8 +39,8 @@ namespace {
 // alike, so the mask is not the cause), worst rows 9.4e-3–1.82e-2, last rows ≤ 1.09e-2; on the
 // spans' first rows the GPU's error 6.3e-3–1.08e-2 against a CPU bidirectional-vs-causal
 // difference of 0.10–0.37.
-constexpr float kBound = 1.5e-2f;
-constexpr float kRowsMedian = 1.5e-2f, kRowsWorst = 5e-2f;
+constexpr float kBound = cudatest::kLogitBound;
+constexpr float kRowsMedian = cudatest::kLogitBound, kRowsWorst = 5e-2f;
 
 void check_media(const std::string& name, const std::string& file, bool bidirectional) {
   const std::string path = cudatest::find_gguf(EG_SHARED_DIR, name, file);

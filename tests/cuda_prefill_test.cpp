@@ -301,6 +301,9 @@ TEST(CudaPrefill, BadOptionsAndInputThrow) {
   EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_PREFILL_TYPE", "f32"}}), Error);
   EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_PDL", "yes"}}), Error);
   EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_PREFILL_ATTN_SPLIT", "yes"}}), Error);
+  EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_GRAPHS", "0"}}), Error);
+  EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_GRAPHS", "8x"}}), Error);
+  EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_PLE", "three"}}), Error);
   auto g = gpu_executor(*m, {{"EG_CUDA_PREFILL_CHUNK", "4"}});
   KVCacheOptions ko;
   ko.max_tokens = 8;

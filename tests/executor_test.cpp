@@ -14,6 +14,7 @@
 #include "edgegemma/edgegemma.h"
 #include "engine/loaded_model.h"
 #include "exec/executor.h"
+#include "model/model.h"
 #include "test_util.h"
 
 namespace {
@@ -156,6 +157,30 @@ TEST(Executor, MediaKeepTheDeviceRequest) {
   const DeviceRequest c = device_for_media(parse_device("cuda"), true);
   EXPECT_FALSE(c.automatic);
   EXPECT_EQ(c.device, Device::CUDA);
+}
+
+// The span rules every executor's prefill_media shares (model.h): the check and each row's last key.
+TEST(Executor, EmbedSpansAreCheckedAndGiveEachRowsLastKey) {
+  const std::vector<float> rows(16, 0.5f);
+  const std::vector<EmbedSpan> ok = {{2, 3, rows.data(), true}, {6, 2, rows.data(), false}};
+  EXPECT_NO_THROW(check_embed_spans(ok, 9));
+  EXPECT_EQ(embed_key_end(ok, 10, 9), (std::vector<int32_t>{10, 11, 14, 14, 14, 15, 16, 17, 18}));
+  EXPECT_TRUE(embed_key_end({{6, 2, rows.data(), false}}, 10, 9).empty());  // all causal
+  const std::vector<std::vector<EmbedSpan>> bad = {
+      {{7, 3, rows.data(), false}},                             // past the call's 9 tokens
+      {{2, 3, rows.data(), false}, {4, 2, rows.data(), false}},  // overlapping
+      {{4, 2, rows.data(), false}, {1, 1, rows.data(), false}},  // out of order
+      {{1, 0, rows.data(), false}},                             // empty
+      {{-1, 2, rows.data(), false}},                            // before the call
+      {{1, 2, nullptr, false}}};                                // no rows
+  for (const auto& b : bad) {
+    try {
+      check_embed_spans(b, 9);
+      ADD_FAILURE() << "accepted a bad span at " << b.back().begin;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("embedding span"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Executor, UnavailableDeviceIsAClearError) {

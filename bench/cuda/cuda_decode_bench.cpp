@@ -213,7 +213,14 @@ int main(int argc, char** argv) {
     else if (a == "--model") name = argv[i + 1];
     else if (a == "--check") n_check = std::atoi(argv[i + 1]);
     else if (a == "--variants") n_variants = std::atoi(argv[i + 1]);
-    else if (a == "--embed") embed_q6k = std::string(argv[i + 1]) == "q6_k";
+    else if (a == "--embed") {
+      const std::string v = argv[i + 1];
+      if (v != "q6_k" && v != "q8_0") {
+        std::fprintf(stderr, "cuda_decode_bench: --embed takes q8_0 or q6_k, not '%s'\n", v.c_str());
+        return 2;
+      }
+      embed_q6k = v == "q6_k";
+    }
     else if (a == "--batch") n_batch = std::atoi(argv[i + 1]);
   }
   try {

@@ -196,9 +196,18 @@ class CudaExecutor final : public StepExecutor {
     fused_ = !(fz && std::string(fz) == "0");
     const char* at = std::getenv("EG_CUDA_ATTN");
     attn_split_ = at && std::string(at) == "split";
-    if (const char* gr = std::getenv("EG_CUDA_GRAPHS")) max_graphs_ = static_cast<size_t>(std::max(1, std::atoi(gr)));
-    const char* pl = std::getenv("EG_CUDA_PLE");  // tuning: separate = the PLE gate in 3 kernels
-    ple_separate_ = pl && std::string(pl) == "separate";
+    if (const char* gr = std::getenv("EG_CUDA_GRAPHS"); gr && *gr) {  // graphs kept per workspace
+      char* end = nullptr;
+      const long n = std::strtol(gr, &end, 10);
+      if (*end != '\0' || n < 1 || n > 4096)
+        throw Error("EG_CUDA_GRAPHS must be a number of graphs from 1 to 4096, not '" + std::string(gr) + "'");
+      max_graphs_ = static_cast<size_t>(n);
+    }
+    if (const char* pl = std::getenv("EG_CUDA_PLE"); pl && *pl) {  // tuning: separate = the PLE gate in 3 kernels
+      const std::string v = pl;
+      if (v != "separate" && v != "fused") throw Error("EG_CUDA_PLE must be fused or separate, not '" + v + "'");
+      ple_separate_ = v == "separate";
+    }
     const char* dn = std::getenv("EG_CUDA_DOWN");
     down_quant_ = !(dn && std::string(dn) == "stage");
     read_prefill_options();

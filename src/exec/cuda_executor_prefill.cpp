@@ -240,27 +240,12 @@ void CudaExecutor::prefill_media(const int32_t* tokens, int T, const std::vector
   CudaKV& st = check_cache(kv);
   check_room(kv, T, -1);
   for (int t = 0; t < T; ++t) check_token(tokens[t]);
-  for (size_t i = 0, end = 0; i < media.size(); ++i) {  // Model::forward's check and message
-    const EmbedSpan& m = media[i];
-    if (m.n <= 0 || m.begin < static_cast<int>(end) || m.begin + m.n > T || !m.rows)
-      throw Error("forward: embedding span " + std::to_string(i) + " (rows " + std::to_string(m.begin) + ".." +
-                  std::to_string(m.begin + m.n - 1) + ") is outside the call's " + std::to_string(T) +
-                  " tokens or overlaps the previous one");
-    end = static_cast<size_t>(m.begin + m.n);
-  }
+  check_embed_spans(media, T);  // Model::forward's check and message
   auto& w = static_cast<CudaWorkspace&>(ws);
   const int64_t V = cfg_.vocab_size, H = cfg_.hidden_size;
   const int pos0 = kv.n_past();
   // Each row's last key (absolute): its own position, or a bidirectional span's last one.
-  std::vector<int32_t> key_end;
-  for (const EmbedSpan& m : media) {
-    if (!m.bidirectional) continue;
-    if (key_end.empty()) {
-      key_end.resize(static_cast<size_t>(T));
-      for (int t = 0; t < T; ++t) key_end[t] = pos0 + t;
-    }
-    for (int t = m.begin; t < m.begin + m.n; ++t) key_end[t] = pos0 + m.begin + m.n - 1;
-  }
+  const std::vector<int32_t> key_end = embed_key_end(media, pos0, T);
   if (mode == LogitsMode::Last) logits.resize(static_cast<size_t>(V));
   if (mode == LogitsMode::All) logits.resize(static_cast<size_t>(T) * V);
   for (int c0 = 0; c0 < T;) {

@@ -57,6 +57,30 @@ void Model::embed(const int32_t* tokens, int n, ForwardScratch& s) const {
   }
 }
 
+void check_embed_spans(const std::vector<EmbedSpan>& spans, int T) {
+  for (size_t i = 0, end = 0; i < spans.size(); ++i) {
+    const EmbedSpan& m = spans[i];
+    if (m.n <= 0 || m.begin < static_cast<int>(end) || m.begin + m.n > T || !m.rows)
+      throw Error("forward: embedding span " + std::to_string(i) + " (rows " + std::to_string(m.begin) + ".." +
+                  std::to_string(m.begin + m.n - 1) + ") is outside the call's " + std::to_string(T) +
+                  " tokens or overlaps the previous one");
+    end = static_cast<size_t>(m.begin + m.n);
+  }
+}
+
+std::vector<int32_t> embed_key_end(const std::vector<EmbedSpan>& spans, int pos0, int T) {
+  std::vector<int32_t> key_end;
+  for (const EmbedSpan& m : spans) {
+    if (!m.bidirectional) continue;
+    if (key_end.empty()) {
+      key_end.resize(static_cast<size_t>(T));
+      for (int t = 0; t < T; ++t) key_end[t] = pos0 + t;
+    }
+    for (int t = m.begin; t < m.begin + m.n; ++t) key_end[t] = pos0 + m.begin + m.n - 1;
+  }
+  return key_end;
+}
+
 void Model::forward(const int32_t* tokens, int T, KVCache& kv, ForwardScratch& s, LogitsMode mode,
                     std::vector<float>& logits, const std::vector<EmbedSpan>* media) const {
   if (T <= 0) throw Error("forward: no tokens");
@@ -74,24 +98,12 @@ void Model::forward(const int32_t* tokens, int T, KVCache& kv, ForwardScratch& s
                   std::to_string(V) + ")");
   const std::vector<EmbedSpan> no_media;
   const std::vector<EmbedSpan>& spans = media ? *media : no_media;
-  for (size_t i = 0, end = 0; i < spans.size(); ++i) {
-    const EmbedSpan& m = spans[i];
-    if (m.n <= 0 || m.begin < static_cast<int>(end) || m.begin + m.n > T || !m.rows)
-      throw Error("forward: embedding span " + std::to_string(i) + " (rows " + std::to_string(m.begin) + ".." +
-                  std::to_string(m.begin + m.n - 1) + ") is outside the call's " + std::to_string(T) +
-                  " tokens or overlaps the previous one");
-    end = static_cast<size_t>(m.begin + m.n);
-  }
+  check_embed_spans(spans, T);
 
   std::vector<int32_t> pos(T);
   for (int t = 0; t < T; ++t) pos[t] = n_past + t;
   // Bidirectional spans: their rows see keys up to the span's last position.
-  std::vector<int32_t> key_end;
-  for (const EmbedSpan& m : spans)
-    if (m.bidirectional) {
-      if (key_end.empty()) key_end = pos;
-      for (int t = m.begin; t < m.begin + m.n; ++t) key_end[t] = pos[m.begin + m.n - 1];
-    }
+  const std::vector<int32_t> key_end = embed_key_end(spans, n_past, T);
 
   // The decoder stack runs once per page-aligned run of positions (KV cache pages: kv_cache.h),
   // so a sliding-window layer recycles its old pages at the same positions however the caller

@@ -45,6 +45,15 @@ struct EmbedSpan {
   bool bidirectional = false;
 };
 
+/// Throws eg::Error unless every span lies inside a call of T tokens, in order, without overlap,
+/// with rows (the message Model::forward and every executor's prefill_media give).
+void check_embed_spans(const std::vector<EmbedSpan>& spans, int T);
+
+/// The last key each of the call's T rows sees, as absolute positions from pos0: pos0 + t, or the
+/// last position of the bidirectional span holding row t. Empty when no span is bidirectional
+/// (every row causal).
+std::vector<int32_t> embed_key_end(const std::vector<EmbedSpan>& spans, int pos0, int T);
+
 class Model {
  public:
   /// Loads config.json (+ generation_config.json) and the safetensors of `dir`, validates every
