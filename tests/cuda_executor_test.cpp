@@ -171,6 +171,27 @@ TEST(CudaExecutor, FusedStepVariantsMatchTheCpu) {
   setenv("EG_CUDA_PLE", "separate", 1);  // Gemma 4's PLE gate as matvec + gelu_mul_by + matvec
   check_model("tiny-gemma4", "tiny-gemma4-q8_0.gguf", KVType::F16);
   unsetenv("EG_CUDA_PLE");
+  // The attention: attention_fused everywhere instead of the cluster kernel (the default on
+  // sm_90 up to 1024 keys); the cluster kernel up to 8 keys, so every prompt crosses from one
+  // captured graph to the other; Gemma 2/3 on the persistent step (EG_CUDA_STEP=persistent).
+  setenv("EG_CUDA_ATTN", "fused", 1);
+  check_model("tiny-gemma4", "tiny-gemma4-q8_0.gguf", KVType::F16);
+  check_model("tiny-gemma2", "tiny-gemma2-q4_0.gguf", KVType::F16);
+  unsetenv("EG_CUDA_ATTN");
+  setenv("EG_CUDA_CLUSTER_KEYS", "8", 1);
+  check_model("tiny-gemma4", "tiny-gemma4-q8_0.gguf", KVType::F16);
+  check_model("tiny-gemma3", "tiny-gemma3-q4_0.gguf", KVType::BF16);
+  unsetenv("EG_CUDA_CLUSTER_KEYS");
+  setenv("EG_CUDA_CLUSTER_CTAS", "8", 1);
+  setenv("EG_CUDA_CLUSTER_HEADS", "2", 1);  // 2 q heads per cluster where the group allows
+  check_model("tiny-gemma4", "tiny-gemma4-q4_0.gguf", KVType::F16);
+  check_model("tiny-gemma2", "tiny-gemma2-q4_0.gguf", KVType::F16);
+  unsetenv("EG_CUDA_CLUSTER_CTAS");
+  unsetenv("EG_CUDA_CLUSTER_HEADS");
+  setenv("EG_CUDA_STEP", "persistent", 1);
+  check_model("tiny-gemma2", "tiny-gemma2-q8_0.gguf", KVType::F16);
+  check_model("tiny-gemma3", "tiny-gemma3-q8_0.gguf", KVType::F32);
+  unsetenv("EG_CUDA_STEP");
 }
 
 TEST(CudaExecutor, UnsupportedModelsAreRefusedAndAutoFallsBackToTheCpu) {

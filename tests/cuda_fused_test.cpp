@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -329,6 +330,8 @@ struct AttnCase {
   // Gemma 4 (qkv_heads' flags): norm offset 0, V = rmsnorm without a weight, V from the raw k
   // projection, a KV-shared layer (q only: the cache is written by a "source" call first).
   bool gemma4 = false, v_norm = false, v_from_k = false, q_only = false;
+  int tile_keys = 0;  // attention_cluster's tile (0: its default); 4 walks several tiles per CTA
+  int max_t = 64;
 };
 
 TEST_F(CudaFused, AttentionEqualsTheSeparateKernels) {
@@ -344,16 +347,33 @@ TEST_F(CudaFused, AttentionEqualsTheSeparateKernels) {
       {"gemma-4 full, K=V + v_norm", 8, 2, 512, 0, 6, 0.0f, true, gpu::KVElem::F16, 20, true, true, true},
       {"gemma-4 KV-shared (q only)", 8, 1, 256, 0, 8, 0.0f, true, gpu::KVElem::BF16, 20, true, true, false, true},
       {"gemma-4 KV-shared, window 8", 4, 2, 128, 8, 4, 0.0f, true, gpu::KVElem::F32, 20, true, true, false, true},
+      {"gemma-3-1b, cluster tiles of 4", 4, 1, 256, 0, 16, 0.0f, true, gpu::KVElem::F16, 40, false, false, false,
+       false, 4},
+      {"gemma-4 K=V, window 24, tiles of 4", 8, 1, 512, 24, 6, 0.0f, true, gpu::KVElem::BF16, 40, true, true, true,
+       false, 4},
+      {"gemma-4 KV-shared, tiles of 8", 8, 1, 256, 0, 8, 0.0f, true, gpu::KVElem::F16, 30, true, true, false, true, 8},
+      {"gemma-2-2b, 300 keys (several default tiles)", 8, 4, 256, 0, 32, 50.0f, false, gpu::KVElem::F16, 300, false,
+       false, false, false, 0, 320},
   };
+  // attention_cluster (sm_90) is checked against the same separate kernels where the device has it.
+  gpu::QKVHeadArgs probe_q;
+  gpu::AttentionArgs probe_a;
+  probe_q.n_heads = probe_a.n_heads = 4;
+  probe_q.n_kv_heads = probe_a.n_kv_heads = 1;
+  probe_q.head_dim = probe_a.head_dim = 256;
+  const bool cluster = gpu::attention_cluster_supported(probe_q, probe_a);
+  if (!cluster) std::fprintf(stderr, "attention_cluster not supported on this device: not checked\n");
   for (const AttnCase& c : cases) {
     SCOPED_TRACE(c.name);
-    const int max_t = 64, hd = c.hd;
+    const int max_t = c.max_t, hd = c.hd;
     const size_t eb = c.kv == gpu::KVElem::F32 ? 4 : 2;
     const size_t kv_bytes = static_cast<size_t>(max_t) * c.nkv * hd * eb;
-    gpu::DeviceBuffer k1(kv_bytes), v1(kv_bytes), k2(kv_bytes), v2(kv_bytes);
-    k1.zero(); v1.zero(); k2.zero(); v2.zero();
+    gpu::DeviceBuffer k1(kv_bytes), v1(kv_bytes), k2(kv_bytes), v2(kv_bytes), k3(kv_bytes), v3(kv_bytes);
+    k1.zero(); v1.zero(); k2.zero(); v2.zero(); k3.zero(); v3.zero();
     const int qkv_n = (c.nh + 2 * c.nkv) * hd;
-    gpu::DeviceBuffer qkv(qkv_n * 4), q(c.nh * hd * 4), out1(c.nh * hd * 4), out2(c.nh * hd * 4);
+    gpu::DeviceBuffer qkv(qkv_n * 4), q(c.nh * hd * 4), out1(c.nh * hd * 4), out2(c.nh * hd * 4), out3(c.nh * hd * 4);
+    const size_t act_bytes = static_cast<size_t>(c.nh) * hd + static_cast<size_t>(c.nh) * hd / 32 * 8;
+    gpu::DeviceBuffer act3(act_bytes), act4(act_bytes);
     gpu::DeviceBuffer part(gpu::attention_partial_floats(c.nh, hd, c.splits) * 4);
     gpu::DeviceBuffer part2(gpu::attention_partial_floats(c.nh, hd, c.splits) * 4);
     gpu::DeviceBuffer counters(c.nh * 4);
@@ -400,6 +420,7 @@ TEST_F(CudaFused, AttentionEqualsTheSeparateKernels) {
         src.upload(random_vec(qkv_n, 500 + pos, 2.0f).data(), qkv_n * 4);
         gpu::qkv_heads(s(), qa_src, src.as<const float>(), ad, q_src.as<float>(), k1.data(), v1.data());
         gpu::qkv_heads(s(), qa_src, src.as<const float>(), ad, q_src.as<float>(), k2.data(), v2.data());
+        gpu::qkv_heads(s(), qa_src, src.as<const float>(), ad, q_src.as<float>(), k3.data(), v3.data());
         s().sync();
       }
       gpu::qkv_heads(s(), qa, qkv.as<const float>(), ad, q.as<float>(), k1.data(), v1.data());
@@ -419,6 +440,25 @@ TEST_F(CudaFused, AttentionEqualsTheSeparateKernels) {
       ASSERT_EQ(b1, b2);
       const std::vector<uint32_t> cnt = to_host<uint32_t>(counters, c.nh);
       for (uint32_t x : cnt) ASSERT_EQ(x, 0u);
+      if (!cluster) continue;
+      // Clusters of 8 and of 16 CTAs (the second writes the same K/V row again).
+      // A cluster per q head (8 or 16 CTAs), or per KV group (every q head of it in one CTA).
+      const int gq = c.nh / c.nkv;
+      const std::vector<std::pair<int, int>> shapes = {{8, 1}, {16, 1}, {8, gq}};
+      for (const auto& [ctas, hpc] : shapes) {
+        SCOPED_TRACE("cluster of " + std::to_string(ctas) + ", " + std::to_string(hpc) + " heads per CTA");
+        gpu::attention_cluster(s(), qa, aa, qkv.as<const float>(), ad, k3.data(), v3.data(), out3.as<float>(),
+                               act3.data(), c.tile_keys, ctas, hpc);
+        s().sync();
+        const std::vector<float> o3 = to_host<float>(out3, c.nh * hd);
+        for (size_t i = 0; i < o1.size(); ++i) ASSERT_NEAR(o3[i], o1[i], 4e-6f * R) << "cluster " << i;
+        ASSERT_EQ(to_host<uint8_t>(k3, kv_bytes), a1);
+        ASSERT_EQ(to_host<uint8_t>(v3, kv_bytes), b1);
+        // Its quantized output is quantize_act of its f32 output, byte for byte.
+        gpu::quantize_act(s(), out3.as<const float>(), static_cast<int64_t>(c.nh) * hd, act4.data());
+        s().sync();
+        ASSERT_EQ(to_host<uint8_t>(act3, act_bytes), to_host<uint8_t>(act4, act_bytes));
+      }
     }
   }
 }
@@ -442,6 +482,10 @@ TEST_F(CudaFused, BadArgumentsThrow) {
   aa.head_dim = 64;
   qa.head_dim = 128;
   EXPECT_THROW(gpu::attention_fused(s(), qa, aa, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr), Error);
+  EXPECT_FALSE(gpu::attention_cluster_supported(qa, aa));  // head_dim differs
+  EXPECT_THROW(gpu::attention_cluster(s(), qa, aa, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr), Error);
+  aa.head_dim = qa.head_dim = 160;  // head_dim / 32 = 5: no kernel
+  EXPECT_FALSE(gpu::attention_cluster_supported(qa, aa));
 }
 
 }  // namespace

@@ -304,6 +304,10 @@ TEST(CudaPrefill, BadOptionsAndInputThrow) {
   EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_GRAPHS", "0"}}), Error);
   EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_GRAPHS", "8x"}}), Error);
   EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_PLE", "three"}}), Error);
+  EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_ATTN", "flash"}}), Error);
+  EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_CLUSTER_KEYS", "0"}}), Error);
+  EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_CLUSTER_CTAS", "4"}}), Error);
+  EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_CLUSTER_HEADS", "3"}}), Error);
   auto g = gpu_executor(*m, {{"EG_CUDA_PREFILL_CHUNK", "4"}});
   KVCacheOptions ko;
   ko.max_tokens = 8;

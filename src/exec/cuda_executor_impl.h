@@ -166,11 +166,13 @@ struct CudaWorkspace final : StepWorkspace {
   // they point to is reallocated.
   struct CapturedStep {
     uint64_t kv = 0;  // CudaKV::serial of the cache it was captured for
+    bool long_keys = false;  // captured for a context past cluster_max_keys_ (no cluster attention)
     uint64_t used = 0;
     std::unique_ptr<gpu::Graph> graph;
   };
   std::vector<CapturedStep> graphs;
   uint64_t graph_clock = 0;
+  bool long_keys = false;  // this step's context is past CudaExecutor::cluster_max_keys_
   int64_t graph_captures = 0;  // how many captures this workspace made (tests, EG_CUDA_TIMING)
   PersistentStep persistent;  // EG_CUDA_STEP=persistent
   PrefillScratch pf;
@@ -194,8 +196,34 @@ class CudaExecutor final : public StepExecutor {
     // gate|up; EG_CUDA_FUSED=0 keeps the step of separate kernels (for comparisons).
     const char* fz = std::getenv("EG_CUDA_FUSED");
     fused_ = !(fz && std::string(fz) == "0");
-    const char* at = std::getenv("EG_CUDA_ATTN");
-    attn_split_ = at && std::string(at) == "split";
+    // Decode attention of the fused step: cluster (attention_cluster while the context is at
+    // most cluster_max_keys_ keys, on sm_90), fused (attention_fused always), split (qkv_heads +
+    // attention_decode).
+    if (const char* at = std::getenv("EG_CUDA_ATTN"); at && *at) {
+      const std::string v = at;
+      if (v != "cluster" && v != "fused" && v != "split")
+        throw Error("EG_CUDA_ATTN must be cluster, fused or split, not '" + v + "'");
+      attn_split_ = v == "split";
+      attn_cluster_ = v == "cluster";
+    }
+    if (const char* ck = std::getenv("EG_CUDA_CLUSTER_KEYS"); ck && *ck) {  // tuning
+      char* end = nullptr;
+      const long n = std::strtol(ck, &end, 10);
+      if (*end != '\0' || n < 1 || n > (1 << 20))
+        throw Error("EG_CUDA_CLUSTER_KEYS must be a number of keys from 1 to 1048576, not '" + std::string(ck) + "'");
+      cluster_max_keys_ = static_cast<int>(n);
+    }
+    if (const char* cc = std::getenv("EG_CUDA_CLUSTER_CTAS"); cc && *cc) {  // tuning: 8 or 16
+      const std::string v = cc;
+      if (v != "8" && v != "16") throw Error("EG_CUDA_CLUSTER_CTAS must be 8 or 16, not '" + v + "'");
+      cluster_ctas_ = std::atoi(cc);
+    }
+    if (const char* ch = std::getenv("EG_CUDA_CLUSTER_HEADS"); ch && *ch) {  // tuning: q heads per CTA
+      const std::string v = ch;
+      if (v != "1" && v != "2" && v != "4" && v != "8")
+        throw Error("EG_CUDA_CLUSTER_HEADS must be 1, 2, 4 or 8, not '" + v + "'");
+      cluster_heads_ = std::atoi(ch);
+    }
     if (const char* gr = std::getenv("EG_CUDA_GRAPHS"); gr && *gr) {  // graphs kept per workspace
       char* end = nullptr;
       const long n = std::strtol(gr, &end, 10);
@@ -311,9 +339,10 @@ class CudaExecutor final : public StepExecutor {
       max_hd_ = std::max(max_hd_, lc.head_dim);
       layers_.push_back(std::move(d));
     }
-    // The persistent step is the default where it applies (measured ~5% faster than the graph step
-    // on the H200, docs/cuda.md); EG_CUDA_STEP=graph keeps the graph step.
-    if (step_mode != "graph") build_persistent_shape(step_mode == "persistent");
+    // The graph step is the default: with the cluster attention and the preloading matvecs it
+    // runs gemma-3-1b at 1,171 tok/s against the persistent step's 905 (H200, 2026-12-03,
+    // docs/cuda.md); EG_CUDA_STEP=persistent asks for the persistent one where it applies.
+    if (step_mode == "persistent") build_persistent_shape(true);
     if (prefill_gemm_ && pf_once_) {
       // EG_CUDA_PREFILL_WEIGHTS=once: every matrix dequantized to 16-bit now (2 bytes per weight).
       gpu::Stream s(0);
@@ -550,6 +579,7 @@ class CudaExecutor final : public StepExecutor {
       return;
     }
     const gpu::StepArgs a{token, pos};
+    w.long_keys = pos + 1 > cluster_max_keys_;
     gpu::copy_to_device_async(w.stream, w.args.data(), &a, sizeof a);
     if (ple_LP_ > 0) {  // the token part of the PLE inputs, read by the captured step
       ple_token_rows(&token, 1, w.ple_host);
@@ -701,6 +731,10 @@ class CudaExecutor final : public StepExecutor {
   int split_min_keys_ = 32;  // fused attention: keys per used split at least (EG_CUDA_SPLIT_MIN_KEYS)
   bool fused_ = true;  // the fused step (EG_CUDA_FUSED=0: separate kernels)
   bool attn_split_ = false;  // fused step with qkv_heads + split attention (EG_CUDA_ATTN=split)
+  bool attn_cluster_ = true;  // attention_cluster for contexts of ≤ cluster_max_keys_ keys (EG_CUDA_ATTN)
+  int cluster_max_keys_ = 1024;  // EG_CUDA_CLUSTER_KEYS
+  int cluster_ctas_ = 16;  // CTAs per cluster of attention_cluster (EG_CUDA_CLUSTER_CTAS)
+  int cluster_heads_ = 1;  // q heads per cluster (EG_CUDA_CLUSTER_HEADS; 1 where it does not divide the group)
   size_t max_graphs_ = 16;  // captured graph steps kept per workspace (EG_CUDA_GRAPHS=N; 1 = the old behaviour)
   bool ple_separate_ = false;  // fused step, Gemma 4 PLE gate: matvec + gelu_mul_by + matvec (EG_CUDA_PLE=separate)
   // Fused step: quantize_act + plain down matvec (default; measured faster than the per-CTA input

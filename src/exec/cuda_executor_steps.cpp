@@ -109,7 +109,7 @@ gpu::Graph& CudaExecutor::step_graph(CudaKV& st, CudaWorkspace& w) const {
   ensure_partial(w, st);
   ++w.graph_clock;
   for (auto& c : w.graphs) {
-    if (c.kv == st.serial) {
+    if (c.kv == st.serial && c.long_keys == w.long_keys) {
       c.used = w.graph_clock;
       return *c.graph;
     }
@@ -130,7 +130,7 @@ gpu::Graph& CudaExecutor::step_graph(CudaKV& st, CudaWorkspace& w) const {
                                 [](const auto& a, const auto& b) { return a.used < b.used; });
     w.graphs.erase(lru);
   }
-  w.graphs.push_back({st.serial, w.graph_clock, std::move(g)});
+  w.graphs.push_back({st.serial, w.long_keys, w.graph_clock, std::move(g)});
   return *w.graphs.back().graph;
 }
 
@@ -331,6 +331,20 @@ void CudaExecutor::enqueue_step_fused(CudaKV& st, CudaWorkspace& w, bool prof) c
                               w.partial.as<float>(), w.attn.as<float>(), o_quant ? act : nullptr);
       });
       op(w, prof, 4, [&] { matvec(s, d.o, w.attn.as<const float>(), act, proj); });
+    } else if (attn_cluster_ && (!w.long_keys || (aa.window > 0 && aa.window <= cluster_max_keys_)) &&
+               gpu::attention_cluster_supported(qa, aa)) {
+      // One cluster per KV head (fused.h); the merged heads come out quantized for o.
+      const bool o_quant = is_quantized(d.o.dtype);
+      const int gq = aa.n_heads / aa.n_kv_heads;
+      const int hpc = gq % cluster_heads_ == 0 ? cluster_heads_ : 1;
+      op(w, prof, 3, [&] {
+        gpu::attention_cluster(s, qa, aa, qkv, args, st.k[kl].data(), st.v[kl].data(), w.attn.as<float>(),
+                               o_quant ? act : nullptr, 0, cluster_ctas_, hpc);
+      });
+      op(w, prof, 4, [&] {
+        if (o_quant) matvec(s, d.o, w.attn.as<const float>(), act, proj);
+        else gpu::matvec_fused(s, d.o, input(w.attn.as<const float>()), proj);
+      });
     } else {
       aa.split_min_keys = split_min_keys_;
       op(w, prof, 3, [&] {

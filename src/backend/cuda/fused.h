@@ -70,4 +70,23 @@ void attention_fused(const Stream& s, const QKVHeadArgs& qa, const AttentionArgs
                      const StepArgs* args_dev, void* k_cache_dev, void* v_cache_dev, float* partial_dev,
                      uint32_t* counters_dev, float* out_dev);
 
+/// attention_fused's result on one thread-block cluster of cluster_ctas (8, or 16: a
+/// non-portable cluster size the H100/H200 allow) CTAs per KV head (sm_90,
+/// attention_cluster.cu): the CTAs split the keys first..pos evenly; keys and values are staged in shared
+/// memory (cp.async, tiles of tile_keys rows, 0 = a default for head_dim and KV type; a multiple
+/// of 4 up to 256), the first tiles requested before the programmatic-launch wait (rows < pos
+/// were written by earlier steps); the CTAs merge through distributed shared memory (no partial
+/// buffer, no counters). Norms, RoPE, the K/V write (bit-identical to qkv_heads) and Gemma 4's
+/// flags as attention_fused; aa.n_splits and split_min_keys are not used. Writes out_dev
+/// [nh·hd] f32 when set and act_dev (quantize_act's int8 blocks + {d, Σq}, the o matvec's
+/// input) when set. Every CTA walks n/8 keys one tile after another, so it is for short
+/// contexts; long ones take attention_fused. Needs attention_cluster_supported (else eg::Error):
+/// head_dim 32, 64, 96, 128, 256 or 512. heads_per_cta: q heads one cluster serves (dividing
+/// the q heads per KV head and 8; each key is then read once per heads_per_cta heads), 1: a
+/// cluster per q head, as many CTAs as possible per head.
+bool attention_cluster_supported(const QKVHeadArgs& qa, const AttentionArgs& aa);
+void attention_cluster(const Stream& s, const QKVHeadArgs& qa, const AttentionArgs& aa, const float* qkv_dev,
+                       const StepArgs* args_dev, void* k_cache_dev, void* v_cache_dev, float* out_dev, void* act_dev,
+                       int tile_keys = 0, int cluster_ctas = 8, int heads_per_cta = 1);
+
 }  // namespace eg::cuda

@@ -5,8 +5,10 @@
 // Work split: a warp owns one tile of 8 rows (or one K-slice of it, when `wk` warps share a
 // tile); lane = 8·s + r reads chunk c of row r for c ≡ s (mod 4), so each load instruction of a
 // warp covers 4 consecutive chunks × 8 rows = one contiguous span (512 B, 1 KB for Q8_0). Loads
-// go around L1 (the weights are read once) and kUnroll of them are in flight per lane before
-// the first use. The activation (int8 blocks or f32) is read through the read-only cache: all
+// go around L1 (the weights are read once). A lane's first kWideUnroll chunks (12, 6 for Q8_0:
+// for most decode matrices its whole share) go to registers before the wait for the previous
+// kernel (PDL) and the input stage, since weights never depend on it; the rest kUnroll at a time.
+// Warps per tile (wk): the fewest that still give every multiprocessor a CTA. The activation (int8 blocks or f32) is read through the read-only cache: all
 // warps of an SM share it. Per lane: 4 (8 for Q8_0) dp4a per quantized block; float weights:
 // 8 FMAs per 16-byte chunk. Partial sums: 2 shuffles over s, then (wk > 1) a fixed-order sum of
 // the wk warps through shared memory, so results do not depend on the launch geometry except
@@ -17,6 +19,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 
@@ -30,35 +33,19 @@ namespace eg::cuda {
 namespace {
 
 template <DType T, int kEpi, bool kStage>
-__global__ void __launch_bounds__(kThreads, 4) matvec_kernel(Args a) {
-  using C = Chunk<T>;
-  constexpr int kUnroll = C::kUnroll;
+__global__ void __launch_bounds__(kThreads, 2) matvec_kernel(Args a) {
+  constexpr int kU = kWideUnroll<T>;
   constexpr bool kArgmax = kEpi == kArgmaxEpi;
   extern __shared__ __align__(16) unsigned char dyn[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int r = lane % kTileRows, s = lane / kTileRows;
-  const int tiles_per_cta = kWarps / a.wk;
-  const int tile_in_cta = warp / a.wk, kslice = warp % a.wk;
-  const int cstep = a.wk * kLanesPerRow;
   __shared__ float part[kWarps][kTileRows];
   __shared__ unsigned long long best_w[kWarps];
   unsigned long long best = 0;
 
-  // The weights never depend on the previous kernel: start this warp's first loads into L2,
-  // then wait for the previous kernel (PDL; a no-op otherwise) before reading the activation.
-  {
-    const int64_t tile = static_cast<int64_t>(blockIdx.x) * tiles_per_cta + tile_in_cta;
-    if (tile < a.ntiles) {
-      const size_t tbase = static_cast<size_t>(tile) * a.n_chunks;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int c = kslice * kLanesPerRow + s + u * cstep;
-        if (c < a.n_chunks) {
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(a.data + ((tbase + c) * kTileRows + r) * C::kBytes));
-        }
-      }
-    }
-  }
+  // The weights never depend on the previous kernel: this warp's first kU chunks go to registers
+  // before the wait for the previous kernel (PDL; a no-op otherwise) and the input stage.
+  typename Chunk<T>::Raw pre[kU];
+  preload_chunks<T, kU>(a, blockIdx.x, pre);
   detail::pdl_trigger();
   detail::pdl_wait();
 
@@ -72,7 +59,7 @@ __global__ void __launch_bounds__(kThreads, 4) matvec_kernel(Args a) {
     xf = reinterpret_cast<const float*>(dyn);
   }
 
-  matvec_tiles<T, kEpi, kStage>(a, qs, meta, xf, part, best, blockIdx.x, gridDim.x);
+  matvec_tiles<T, kEpi, kStage, kU>(a, qs, meta, xf, part, best, blockIdx.x, gridDim.x, pre);
   if (kArgmax) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -91,11 +78,21 @@ __global__ void __launch_bounds__(kThreads, 4) matvec_kernel(Args a) {
 }
 
 int choose_wk(int64_t ntiles, int n_chunks, int sm_count) {
-  // Enough warps to fill the GPU (about 32 per multiprocessor), but at least two chunk steps
-  // per lane so that a K-slice is not all overhead.
-  const int64_t want = static_cast<int64_t>(sm_count) * 32;
+  static const bool legacy = [] {
+    const char* v = std::getenv("EG_CUDA_MV_WK");  // tuning: "legacy" = the rule before 2026-12-03
+    return v && std::string(v) == "legacy";
+  }();
   int wk = 1;
-  while (wk < kWarps && ntiles * wk < want && n_chunks >= wk * 2 * kLanesPerRow * 2) wk *= 2;
+  if (legacy) {
+    // Enough warps to fill the GPU (about 32 per multiprocessor), but at least two chunk steps
+    // per lane so that a K-slice is not all overhead.
+    const int64_t want = static_cast<int64_t>(sm_count) * 32;
+    while (wk < kWarps && ntiles * wk < want && n_chunks >= wk * 2 * kLanesPerRow * 2) wk *= 2;
+    return wk;
+  }
+  // The fewest warps per tile that still give every multiprocessor a CTA (a lane then holds up
+  // to kWideUnroll chunks in flight, issued before the wait), at least two chunks per lane.
+  while (wk < kWarps && (ntiles * wk + kWarps - 1) / kWarps < sm_count && n_chunks >= 2 * wk * 2 * kLanesPerRow) wk *= 2;
   return wk;
 }
 

@@ -6,6 +6,8 @@
 #pragma once
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_util.h"
 #include "backend/cuda/fused.h"
@@ -317,14 +319,37 @@ __device__ void build_input(const Args& a, unsigned char* dyn, float* part) {
   __syncthreads();
 }
 
+// Loads in flight per lane of the matvec kernels (matvec.cu), which issue the first batch before
+// the programmatic-launch wait: a lane's whole share of most decode matrices.
+template <DType T>
+constexpr int kWideUnroll = T == DType::Q8_0 ? 6 : 12;
+
+// The first batch of this warp's chunks of tile group g0 (matvec_tiles' first loads), into w.
+template <DType T, int kU>
+__device__ __forceinline__ void preload_chunks(const Args& a, int64_t g0, typename Chunk<T>::Raw (&w)[kU]) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int r = lane % kTileRows, s = lane / kTileRows;
+  const int tile_in_cta = warp / a.wk, kslice = warp % a.wk;
+  const int cstep = a.wk * kLanesPerRow;
+  const int64_t tile = g0 * (kWarps / a.wk) + tile_in_cta;
+  if (tile >= a.ntiles) return;
+  const size_t tbase = static_cast<size_t>(tile) * a.n_chunks;
+#pragma unroll
+  for (int u = 0; u < kU; ++u) {
+    const int c = kslice * kLanesPerRow + s + u * cstep;
+    if (c < a.n_chunks) w[u] = Chunk<T>::load(a, (tbase + c) * kTileRows + r);
+  }
+}
+
 // The tile groups g0, g0 + gstep, ... of y = W·h (the matvec kernels' main loop): warp w of the
 // CTA takes tile g·(kWarps / wk) + w / wk, K-slice w % wk. qs/meta (quantized) or xf (f32) is the
 // activation, in shared memory when kSmem. part: kWarps × kTileRows floats of shared memory.
 // best: the argmax epilogue's running key. Every thread of the CTA must call it (it syncs).
-template <DType T, int kEpi, bool kSmem>
+// kPre > 0: pre holds group g0's first kPre chunks of this lane (preload_chunks<T, kPre>).
+template <DType T, int kEpi, bool kSmem, int kPre = 0>
 __device__ __forceinline__ void matvec_tiles(const Args& a, const int8_t* qs, const int2* meta, const float* xf,
                                              float (*part)[kTileRows], unsigned long long& best, int64_t g0,
-                                             int64_t gstep) {
+                                             int64_t gstep, const typename Chunk<T>::Raw* pre = nullptr) {
   using C = Chunk<T>;
   constexpr int kUnroll = C::kUnroll;
   constexpr bool kArgmax = kEpi == kArgmaxEpi;
@@ -333,12 +358,24 @@ __device__ __forceinline__ void matvec_tiles(const Args& a, const int8_t* qs, co
   const int tiles_per_cta = kWarps / a.wk;
   const int tile_in_cta = warp / a.wk, kslice = warp % a.wk;
   const int cstep = a.wk * kLanesPerRow;
-  for (int64_t g = g0; g * tiles_per_cta < a.ntiles; g += gstep) {
+  // One tile group; kFirst: group g0, whose first kPre chunks are in `pre` (peeled, so that pre
+  // is dead after it).
+  auto group = [&](int64_t g, auto first) {
+    constexpr bool kFirst = decltype(first)::value;
     const int64_t tile = g * tiles_per_cta + tile_in_cta;
     float acc = 0.0f;
     if (tile < a.ntiles) {
       const size_t tbase = static_cast<size_t>(tile) * a.n_chunks;
-      for (int c0 = kslice * kLanesPerRow + s; c0 < a.n_chunks; c0 += cstep * kUnroll) {
+      int start = kslice * kLanesPerRow + s;
+      if constexpr (kFirst && kPre > 0) {
+#pragma unroll
+        for (int u = 0; u < kPre; ++u) {
+          const int c = start + u * cstep;
+          if (c < a.n_chunks) acc += C::template dot<kSmem>(pre[u], qs, meta, xf, c);
+        }
+        start += cstep * kPre;
+      }
+      for (int c0 = start; c0 < a.n_chunks; c0 += cstep * kUnroll) {
         typename C::Raw w[kUnroll];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
@@ -394,6 +431,13 @@ __device__ __forceinline__ void matvec_tiles(const Args& a, const int8_t* qs, co
         }
       }
     }
+  };
+  if constexpr (kPre > 0) {
+    if (g0 * tiles_per_cta >= a.ntiles) return;
+    group(g0, std::true_type{});
+    for (int64_t g = g0 + gstep; g * tiles_per_cta < a.ntiles; g += gstep) group(g, std::false_type{});
+  } else {
+    for (int64_t g = g0; g * tiles_per_cta < a.ntiles; g += gstep) group(g, std::false_type{});
   }
 }
 
