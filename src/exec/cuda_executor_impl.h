@@ -249,14 +249,15 @@ class CudaExecutor final : public StepExecutor {
     gemma4_ = cfg_.family == ModelFamily::Gemma4;
     q6k_embed_ = w.embed.dtype == DType::Q6_K;
     // Programmatic dependent launch (cuda_backend.h; every kernel waits before touching memory):
-    // on for the step of separate kernels, where it hides part of each launch (E2B Q4_0 on the
-    // H200: 382 → 440 tok/s through decode_argmax), and for the Gemma 4 / Q6_K-embedding fused
-    // graph step; EG_CUDA_PDL=0|1 forces it. Process-wide.
+    // on by default (EG_CUDA_PDL=0|1 forces it; process-wide). It hides part of each launch, and
+    // the cluster attention and the matvecs do their weight / old-key loads before the wait
+    // (H200, 2026-12-03, decode_argmax tok/s, PDL off → on: gemma-3-1b graph step 982 → 1,171,
+    // gemma-4-e2b 495 → 566, gemma-2-2b 545 → 613; the persistent step 902 → 905).
     if (const char* pd = std::getenv("EG_CUDA_PDL"); pd && *pd) {
       const std::string v = pd;
       if (v != "0" && v != "1") throw Error("EG_CUDA_PDL must be 0 or 1, not '" + v + "'");
       gpu::set_programmatic_launch(v == "1");
-    } else if (!fused_ || gemma4_ || q6k_embed_) {
+    } else {
       gpu::set_programmatic_launch(true);
     }
     for (int li = 0; li < cfg_.n_layers && fused_; ++li) {

@@ -1,12 +1,11 @@
-// attention_cluster (fused.h): decode attention of one query on one thread-block cluster per KV
-// head (sm_90). The 8 CTAs of a cluster split the keys first..p evenly; each CTA serves every q
-// head of its KV group (one warp, or 8/group warps, per q head), so a key is read once per group
-// instead of once per q head. Keys and values go to shared memory by cp.async in tiles of `tk`
-// rows, two stages; the first two tiles are requested before the programmatic-launch wait, since
-// rows < p were written by earlier steps (row p is this step's: computed here, or for a KV-shared
-// layer read after the wait). The CTAs merge their partials {m, l, o} through distributed shared
-// memory (mapa + ld.shared::cluster): no partial buffer in global memory, no counters, no
-// last-CTA round trip.
+// attention_cluster (fused.h): decode attention of one query on thread-block clusters (sm_90):
+// a cluster of 8 or 16 CTAs per q head (or per heads_per_cta q heads of one KV group). The CTAs
+// of a cluster split the keys first..p evenly; keys and values go to shared memory by cp.async in
+// tiles of `tk` rows, two stages; the first two tiles are requested before the programmatic-launch
+// wait, since rows < p were written by earlier steps (row p is this step's: computed here, or for
+// a KV-shared layer read after the wait), and so is the RoPE cos/sin table of p (inv_freq is a
+// weight). The CTAs merge their partials {m, l, o} through distributed shared memory (mapa +
+// ld.shared::cluster): no partial buffer in global memory, no counters, no last-CTA round trip.
 //
 // The q/k norm sums follow block_sum over a 128-thread CTA (head_norm_rope), so the new K/V row
 // is bit-identical to qkv_heads'; the scores, softmax and merge order differ from attention_fused
@@ -136,7 +135,6 @@ __device__ __forceinline__ void warp_norm_rope(const QKVHeadArgs& a, const float
   }
 }
 
-// Two 16-bit K/V elements of one word (element 2k low) as floats.
 // The RoPE angles' cosf / sinf at pos (head_norm_rope's values), by the whole CTA.
 __device__ __forceinline__ void rope_table(const QKVHeadArgs& a, int pos, float* rc, float* rs) {
   for (int i = threadIdx.x; i < a.rope_dims / 2; i += blockDim.x) {
@@ -146,6 +144,7 @@ __device__ __forceinline__ void rope_table(const QKVHeadArgs& a, int pos, float*
   }
 }
 
+// Two 16-bit K/V elements of one word (element 2k low) as floats.
 template <KVElem kT>
 __device__ __forceinline__ void unpack2(unsigned u, float& a, float& b) {
   if constexpr (kT == KVElem::F16) {
