@@ -308,6 +308,7 @@ TEST(CudaPrefill, BadOptionsAndInputThrow) {
   EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_CLUSTER_KEYS", "0"}}), Error);
   EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_CLUSTER_CTAS", "4"}}), Error);
   EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_CLUSTER_HEADS", "3"}}), Error);
+  EXPECT_THROW(gpu_executor(*m, {{"EG_CUDA_MV_WK", "old"}}), Error);
   auto g = gpu_executor(*m, {{"EG_CUDA_PREFILL_CHUNK", "4"}});
   KVCacheOptions ko;
   ko.max_tokens = 8;

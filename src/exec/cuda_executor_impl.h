@@ -213,6 +213,8 @@ class CudaExecutor final : public StepExecutor {
         throw Error("EG_CUDA_CLUSTER_KEYS must be a number of keys from 1 to 1048576, not '" + std::string(ck) + "'");
       cluster_max_keys_ = static_cast<int>(n);
     }
+    if (const char* mw = std::getenv("EG_CUDA_MV_WK"); mw && *mw && std::string(mw) != "legacy")  // matvec.cu reads it
+      throw Error("EG_CUDA_MV_WK must be legacy or unset, not '" + std::string(mw) + "'");
     if (const char* cc = std::getenv("EG_CUDA_CLUSTER_CTAS"); cc && *cc) {  // tuning: 8 or 16
       const std::string v = cc;
       if (v != "8" && v != "16") throw Error("EG_CUDA_CLUSTER_CTAS must be 8 or 16, not '" + v + "'");
@@ -580,7 +582,8 @@ class CudaExecutor final : public StepExecutor {
       return;
     }
     const gpu::StepArgs a{token, pos};
-    w.long_keys = pos + 1 > cluster_max_keys_;
+    // Only the cluster attention depends on it: other steps keep one graph per cache.
+    w.long_keys = fused_ && attn_cluster_ && pos + 1 > cluster_max_keys_;
     gpu::copy_to_device_async(w.stream, w.args.data(), &a, sizeof a);
     if (ple_LP_ > 0) {  // the token part of the PLE inputs, read by the captured step
       ple_token_rows(&token, 1, w.ple_host);

@@ -338,34 +338,7 @@ __global__ void __launch_bounds__(kClThreads) attn_cluster_kernel(QKVHeadArgs qa
         load_row<kE, kT>(kt + row * row_bytes, lane, kr[g]);
         load_row<kE, kT>(vt + row * row_bytes, lane, vr[g]);
       }
-      float sc[G];
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        float d = 0.0f;
-#pragma unroll
-        for (int k = 0; k < kE; ++k) d = fmaf(qr[k], kr[g][k], d);
-        sc[g] = warp_sum(d) * a.scale;
-        if (a.softcap > 0.0f) sc[g] = a.softcap * tanhf(sc[g] / a.softcap);
-        if (j + g >= r1) sc[g] = -INFINITY;
-      }
-      float mn = m;
-#pragma unroll
-      for (int g = 0; g < G; ++g) mn = fmaxf(mn, sc[g]);
-      const float corr = expf(m - mn);  // key j is valid: mn is finite
-      float pj[G];
-#pragma unroll
-      for (int g = 0; g < G; ++g) pj[g] = j + g < r1 ? expf(sc[g] - mn) : 0.0f;
-      l = l * corr;
-#pragma unroll
-      for (int g = 0; g < G; ++g) l += pj[g];
-#pragma unroll
-      for (int k = 0; k < kE; ++k) {
-        float v = acc[k] * corr;
-#pragma unroll
-        for (int g = 0; g < G; ++g) v += pj[g] * vr[g][k];
-        acc[k] = v;
-      }
-      m = mn;
+      online_softmax_keys<G, kE>(a, qr, kr, vr, j, r1, m, l, acc);
     }
     __syncthreads();  // every warp is done with stage s
     if (t + 2 < nt) issue(t + 2);

@@ -140,6 +140,44 @@ __device__ __forceinline__ float block_max(float v, float* part) {
   return t;
 }
 
+// One warp's online-softmax step over the G keys j .. j + G − 1 (those ≥ end are padding; key j
+// is valid): scores (q·k)·scale, soft-capped when softcap > 0; the running max m, sum l and
+// Σ p·v in acc updated (flash-decoding). Lane layout of qr / kr / vr: the caller's (the dot is
+// completed by warp_sum).
+template <int G, int kE>
+__device__ __forceinline__ void online_softmax_keys(const AttentionArgs& a, const float (&qr)[kE],
+                                                    const float (&kr)[G][kE], const float (&vr)[G][kE], int j,
+                                                    int end, float& m, float& l, float (&acc)[kE]) {
+  float sc[G];
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    float d = 0.0f;
+#pragma unroll
+    for (int e = 0; e < kE; ++e) d = fmaf(qr[e], kr[g][e], d);
+    sc[g] = warp_sum(d) * a.scale;
+    if (a.softcap > 0.0f) sc[g] = a.softcap * tanhf(sc[g] / a.softcap);
+    if (j + g >= end) sc[g] = -INFINITY;
+  }
+  float mn = m;
+#pragma unroll
+  for (int g = 0; g < G; ++g) mn = fmaxf(mn, sc[g]);
+  const float corr = expf(m - mn);  // key j is valid: mn is finite
+  float pj[G];
+#pragma unroll
+  for (int g = 0; g < G; ++g) pj[g] = j + g < end ? expf(sc[g] - mn) : 0.0f;
+  l = l * corr;
+#pragma unroll
+  for (int g = 0; g < G; ++g) l += pj[g];
+#pragma unroll
+  for (int e = 0; e < kE; ++e) {
+    float t = acc[e] * corr;
+#pragma unroll
+    for (int g = 0; g < G; ++g) t += pj[g] * vr[g][e];
+    acc[e] = t;
+  }
+  m = mn;
+}
+
 // CTA (split, head): q head (norm + RoPE) into shared memory; the new K/V row when this split
 // holds position pos; online softmax over the split's keys, kKeysPerWarpStep keys per warp at a
 // time; the partial {m, l, o} to global memory and, in the last CTA of the head, the combine.
@@ -237,34 +275,7 @@ __device__ __forceinline__ void attn_fused_item(const QKVHeadArgs& qa, const Att
         vr[g][e] = !use ? 0.0f : cur ? sv[e * 32 + lane] : vr[g][e];
       }
     }
-    float sc[G];
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      float d = 0.0f;
-#pragma unroll
-      for (int e = 0; e < kE; ++e) d = fmaf(qr[e], kr[g][e], d);
-      sc[g] = warp_sum(d) * a.scale;
-      if (a.softcap > 0.0f) sc[g] = a.softcap * tanhf(sc[g] / a.softcap);
-      if (j + g >= j1) sc[g] = -INFINITY;
-    }
-    float mn = m;
-#pragma unroll
-    for (int g = 0; g < G; ++g) mn = fmaxf(mn, sc[g]);
-    const float corr = expf(m - mn);  // the group's first key is valid: mn is finite
-    float pj[G];
-#pragma unroll
-    for (int g = 0; g < G; ++g) pj[g] = j + g < j1 ? expf(sc[g] - mn) : 0.0f;
-    l = l * corr;
-#pragma unroll
-    for (int g = 0; g < G; ++g) l += pj[g];
-#pragma unroll
-    for (int e = 0; e < kE; ++e) {
-      float t = acc[e] * corr;
-#pragma unroll
-      for (int g = 0; g < G; ++g) t += pj[g] * vr[g][e];
-      acc[e] = t;
-    }
-    m = mn;
+    online_softmax_keys<G, kE>(a, qr, kr, vr, j, j1, m, l, acc);
   }
 #pragma unroll
   for (int e = 0; e < kE; ++e)
