@@ -24,6 +24,10 @@
 #define EG_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")))
 #endif
 
+#ifndef EG_DECODE_AHEAD
+#define EG_DECODE_AHEAD 8
+#endif
+
 namespace eg::cpu {
 
 #if defined(__x86_64__)
@@ -98,6 +102,7 @@ EG_AVX512_VNNI void tile_tokens(const uint8_t* P, int64_t nb, const ActQ8* const
 }
 
 // Decode: G groups (16 rows each, group stride gs bytes) × 1 token.
+constexpr size_t kDecodeAhead = EG_DECODE_AHEAD;
 template <bool kQ4, int G>
 EG_AVX512_VNNI void tile_groups(const uint8_t* P, size_t gs, int64_t nb, const ActQ8* a, float* y) {
   __m512 acc[G];
@@ -107,6 +112,10 @@ EG_AVX512_VNNI void tile_groups(const uint8_t* P, size_t gs, int64_t nb, const A
     const __m512 dx = _mm512_set1_ps(a[b].d);
     for (int g = 0; g < G; ++g) {
       const uint8_t* col = P + g * gs + static_cast<size_t>(b) * kColBytes<kQ4>;
+      // Software prefetch kDecodeAhead columns ahead in each of the G streams (a prefetch never
+      // faults, so the last columns' prefetches past the group are harmless).
+      for (size_t l = 0; l < kColBytes<kQ4>; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(col + kDecodeAhead * kColBytes<kQ4> + l), _MM_HINT_T0);
       __m512i ia = off, ib = _mm512_setzero_si512();
       block_dots<kQ4>(col, a[b], ia, ib);
       const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col)));
