@@ -2,7 +2,8 @@
 //   - packing is lossless (unpack_row gives back every original byte);
 //   - the scalar reference on the packed layout equals an independent int64/double-free
 //     re-computation from the original blocks, and qdot on the unpacked rows, bit for bit;
-//   - the machine kernel (AVX-512 VNNI) equals the reference bit for bit for every T and row range;
+//   - the machine kernels (AVX-512 VNNI; AMX-INT8, opt-in, for full 16-token tiles) equal the
+//     reference bit for bit for every T and row range;
 //   - ops::matmul with Weight::packed equals ops::matmul without it, for any T and thread count;
 //   - a whole model (tiny-gemma3 Q4_0 / Q8_0 GGUF) gives the same logits packed and unpacked.
 #include <gtest/gtest.h>
@@ -129,7 +130,7 @@ TEST(PackedKernels, MachineKernelEqualsReference) {
     const int64_t N = 112, K = 320;  // 7 groups: decode runs 4 + 2 + 1 groups
     const auto q = quantized(t, N, K, 21);
     const auto p = packed_copy(t, q, N, K);
-    for (int64_t T : {1, 2, 5, 8, 9, 17}) {
+    for (int64_t T : {1, 2, 5, 8, 9, 16, 17, 33, 48}) {
       const auto a = act_rows(t, T, K, 22 + static_cast<uint32_t>(T));
       const size_t ab = eg::cpu::act_row_bytes(t, K);
       for (auto [n0, n1] : {std::pair<int64_t, int64_t>{0, N}, {16, 64}, {96, 112}}) {
@@ -138,6 +139,42 @@ TEST(PackedKernels, MachineKernelEqualsReference) {
         eg::cpu::packed_gemm(t, p.data(), K, n0, n1, a.data(), ab, T, got.data(), N);
         ASSERT_EQ(std::memcmp(ref.data(), got.data(), ref.size() * sizeof(float)), 0)
             << eg::dtype_name(t) << " T " << T << " rows " << n0 << ".." << n1;
+      }
+    }
+  }
+}
+
+// The AMX-INT8 prefill kernel (packed_amx.cpp) on its own: it takes the full 16-token tiles and
+// reports how many; every one of its outputs equals the independent int64 re-computation from the
+// original blocks, bit for bit. Odd and even block counts (the kernel alternates two tile sets),
+// one and several groups, a row range that starts past group 0. Skipped without AMX.
+TEST(PackedKernels, AmxKernelEqualsDirectDot) {
+  if (!eg::cpu::packed_amx_supported()) GTEST_SKIP() << "no AMX-INT8 on this machine";
+  for (DType t : kTypes) {
+    for (int64_t K : {224, 1152}) {
+      const int64_t N = 48;
+      const auto q = quantized(t, N, K, 61 + static_cast<uint32_t>(K));
+      const auto p = packed_copy(t, q, N, K);
+      const size_t ab = eg::cpu::act_row_bytes(t, K), rb = eg::dtype_row_bytes(t, K);
+      for (int64_t T : {15, 16, 37}) {
+        const auto a = act_rows(t, T, K, 62 + static_cast<uint32_t>(T));
+        for (auto [n0, n1] : {std::pair<int64_t, int64_t>{0, N}, {16, 32}}) {
+          std::vector<float> got(T * N, -1.0f);
+          const int64_t done = eg::cpu::packed_gemm_amx(t, p.data(), K, n0, n1, a.data(), ab, T, got.data(), N);
+          ASSERT_EQ(done, T / 16 * 16) << eg::dtype_name(t) << " T " << T;
+          for (int64_t i = 0; i < T; ++i) {
+            const auto* ai = reinterpret_cast<const eg::cpu::ActQ8*>(a.data() + i * ab);
+            for (int64_t n = 0; n < N; ++n) {
+              if (i >= done || n < n0 || n >= n1) {
+                ASSERT_EQ(got[i * N + n], -1.0f) << "wrote outside its tiles: t " << i << " n " << n;
+                continue;
+              }
+              const float direct = direct_dot(t, q.data() + n * rb, ai, K);
+              ASSERT_NE(direct, 0.0f);
+              ASSERT_EQ(got[i * N + n], direct) << eg::dtype_name(t) << " K " << K << " t " << i << " n " << n;
+            }
+          }
+        }
       }
     }
   }
@@ -168,7 +205,7 @@ TEST(PackedKernels, MatmulPackedEqualsUnpackedAtAnyTAndThreadCount) {
 }
 
 // A packed task of more than 48 M MACs (64 rows × T × K) splits its tokens into chunks of a
-// multiple of 8 (ops/matmul.cpp): here 64 × 203 × 4096 → chunks of 104 and 99 tokens, and a row
+// multiple of 16 (ops/matmul.cpp): here 64 × 203 × 4096 → chunks of 112 and 91 tokens, and a row
 // range of 16 rows after the first 64. The results stay those of the unpacked weight bit for bit.
 TEST(PackedKernels, MatmulTokenChunksOfLongTasksAreBitIdentical) {
   for (DType t : kTypes) {

@@ -28,7 +28,7 @@ constexpr int64_t kRowChunk = 16;     // output rows per task
 constexpr int64_t kPackedChunk = 64;  // output rows per task of a packed weight (4 groups of 16)
 // A packed task also splits the tokens when its rows × tokens × K would exceed this many MACs
 // (prefill's MLP down projection: 64 × 512 × 6912 = 226 M, ~1.3 ms on this VM), into chunks of a
-// multiple of 8 tokens (the kernel's token tile), so that the last tasks of a dispatch leave
+// multiple of 16 tokens (the kernels' token tiles: 8 for VNNI, 16 for AMX), so that the last tasks of a dispatch leave
 // little idle time. A token's result does not depend on the chunk it is in.
 constexpr int64_t kPackedTaskMacs = int64_t{48} << 20;
 
@@ -107,7 +107,7 @@ void matmul_impl(const float* x, const float* up, int64_t T, std::initializer_li
       const int64_t macs = kPackedChunk * T * K;
       if (p.acts >= 0 && T > 8 && macs > kPackedTaskMacs) {
         const int64_t n = (macs + kPackedTaskMacs - 1) / kPackedTaskMacs;
-        p.t_chunk = ((T + n - 1) / n + 7) / 8 * 8;
+        p.t_chunk = ((T + n - 1) / n + 15) / 16 * 16;
         p.t_tasks = (T + p.t_chunk - 1) / p.t_chunk;
       }
     }

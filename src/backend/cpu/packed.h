@@ -89,6 +89,20 @@ void packed_gemm_float(DType t, const void* packed, int64_t K, int64_t n0, int64
 void packed_gemm_float_reference(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1,
                                  const float* x, int64_t T, float* y, int64_t ldy);
 
+/// True when this CPU and OS can run the AMX-INT8 prefill kernel (packed_amx.cpp: AMX-TILE and
+/// AMX-INT8, and Linux granted the process the tile state).
+bool packed_amx_supported();
+
+/// True when packed_gemm uses that kernel for its full 16-token tiles: packed_amx_supported() and
+/// EDGEGEMMA_AMX=1 in the environment (opt-in: exact, measured no faster than AVX-512 VNNI yet).
+bool packed_amx_enabled();
+
+/// The AMX-INT8 kernel for Q4_0 / Q8_0: computes the first T/16·16 tokens exactly as packed_gemm
+/// does (bit-identical) and returns how many it did (0 when T < 16, for other types, or without
+/// packed_amx_supported()); the caller runs the remaining tokens.
+int64_t packed_gemm_amx(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1, const void* acts,
+                        size_t a_row_bytes, int64_t T, float* y, int64_t ldy);
+
 /// The scalar reference of packed_gemm (any machine): reads the packed layout element by element.
 void packed_gemm_reference(DType t, const void* packed, int64_t K, int64_t n0, int64_t n1,
                            const void* acts, size_t a_row_bytes, int64_t T, float* y, int64_t ldy);

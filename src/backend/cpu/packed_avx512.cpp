@@ -9,7 +9,8 @@
 // acc = fma(d_w·d_x, float(isum), acc): the arithmetic of packed.h, lane by lane.
 //
 // Tiles: prefill runs 1 group (16 rows) × 8 tokens per pass (8 independent integer chains hide
-// the vpdpbusd latency; each unpacked chunk feeds 8 tokens); decode runs 4 groups × 1 token, with
+// the vpdpbusd latency; each unpacked chunk feeds 8 tokens), after the full 16-token tiles that
+// go to the AMX kernel where it is turned on (packed_amx.cpp, EDGEGEMMA_AMX=1); decode runs 4 groups × 1 token, with
 // two integer chains per group. Compiled with function-level targets, so the rest of the binary
 // keeps its baseline ISA; packed_avx512_supported() checks the CPU at run time.
 #include <cstddef>
@@ -152,8 +153,12 @@ void gemm(const void* packed, int64_t K, int64_t n0, int64_t n1, const void* act
     for (; g < g1; ++g) tile_groups<kQ4, 1>(base + g * gs, gs, nb, a, y + g * kPackRows);
     return;
   }
+  // Full 16-token tiles on AMX when it is turned on (packed_amx.cpp), the rest here.
+  const int64_t done = packed_amx_enabled()
+                           ? packed_gemm_amx(kQ4 ? DType::Q4_0 : DType::Q8_0, packed, K, n0, n1, acts, a_row_bytes, T, y, ldy)
+                           : 0;
   constexpr int64_t kTok = 8;
-  for (int64_t t0 = 0; t0 < T; t0 += kTok) {
+  for (int64_t t0 = done; t0 < T; t0 += kTok) {
     const int C = static_cast<int>(T - t0 < kTok ? T - t0 : kTok);
     const ActQ8* a[kTok];
     for (int c = 0; c < C; ++c) a[c] = reinterpret_cast<const ActQ8*>(ab + static_cast<size_t>(t0 + c) * a_row_bytes);
