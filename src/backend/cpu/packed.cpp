@@ -33,8 +33,11 @@ namespace {
 using quant::BlockQ4_0;
 using quant::BlockQ8_0;
 
+static_assert(kPackColBytes<true> == kPackRows * sizeof(BlockQ4_0), "packed.h: Q4_0 column size");
+static_assert(kPackColBytes<false> == kPackRows * sizeof(BlockQ8_0), "packed.h: Q8_0 column size");
+
 size_t column_bytes(DType t) {  // bytes of one block column of a 16-row group
-  return t == DType::Q4_0 ? kPackRows * sizeof(BlockQ4_0) : kPackRows * sizeof(BlockQ8_0);
+  return t == DType::Q4_0 ? kPackColBytes<true> : kPackColBytes<false>;
 }
 
 bool is_float_layout(DType t) { return t == DType::F16 || t == DType::BF16 || t == DType::F32; }

@@ -89,15 +89,12 @@ bool amx_enabled_by_env() {
   return e != nullptr && std::strcmp(e, "1") == 0;
 }
 
-template <bool kQ4>
-constexpr size_t kColBytes = kQ4 ? 288 : 544;  // one block column of a 16-row group (packed.h)
-
 // The group's codes as signed bytes in the B-tile layout, block after block.
 template <bool kQ4>
 EG_AMX_EPILOGUE void signed_codes(const uint8_t* group, int64_t nb, int8_t* out) {
   const __m512i m4 = _mm512_set1_epi8(0x0F), eight = _mm512_set1_epi8(8), flip = _mm512_set1_epi8(-128);
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* q = group + static_cast<size_t>(b) * kColBytes<kQ4> + 32;
+    const uint8_t* q = group + static_cast<size_t>(b) * kPackColBytes<kQ4> + 32;
     int8_t* o = out + static_cast<size_t>(b) * kCodeBytes;
     if constexpr (kQ4) {
       for (int j = 0; j < 4; ++j) {  // tile row j: k = 4j..4j+3 (low nibbles); row 4+j: k = 16+4j.. (high)
@@ -185,7 +182,7 @@ EG_AMX_EPILOGUE void tile(const uint8_t* const* groups, const int8_t* const* cod
     if constexpr (NT == 2 && NG == 2) EG_TILE_STORE(3, c[3], 64);
     for (int tt = 0; tt < NT; ++tt)
       for (int gg = 0; gg < NG; ++gg) {
-        const uint8_t* col = groups[gg] + static_cast<size_t>(b) * kColBytes<kQ4>;
+        const uint8_t* col = groups[gg] + static_cast<size_t>(b) * kPackColBytes<kQ4>;
         const uint8_t* d = (tt == 0 ? a : a1) + ao + dx;
         if (b == 0) {
           epilogue<true>(c[2 * tt + gg], col, d, a_row_bytes, acc[2 * tt + gg]);
@@ -207,7 +204,7 @@ template <bool kQ4>
 void gemm(const void* packed, int64_t K, int64_t n0, int64_t n1, const void* acts, size_t a_row_bytes, int64_t T16,
           float* y, int64_t ldy) {
   const int64_t nb = K / 32;
-  const size_t gs = static_cast<size_t>(nb) * kColBytes<kQ4>;
+  const size_t gs = static_cast<size_t>(nb) * kPackColBytes<kQ4>;
   const auto* base = static_cast<const uint8_t*>(packed);
   const auto* ab = static_cast<const uint8_t*>(acts);
   thread_local std::vector<int8_t> buffer;

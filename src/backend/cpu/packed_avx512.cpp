@@ -30,9 +30,6 @@ namespace eg::cpu {
 #if defined(__x86_64__)
 namespace {
 
-template <bool kQ4>
-constexpr size_t kColBytes = kQ4 ? 288 : 544;  // one block column of a 16-row group
-
 // The 16 rows' int32 sums of one block column for one token, into two chains (ia, ib).
 template <bool kQ4>
 EG_AVX512_VNNI inline void block_dots(const uint8_t* col, const ActQ8& a, __m512i& ia, __m512i& ib) {
@@ -65,7 +62,7 @@ EG_AVX512_VNNI void tile_tokens(const uint8_t* P, int64_t nb, const ActQ8* const
   __m512 acc[C];
   for (int c = 0; c < C; ++c) acc[c] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* col = P + static_cast<size_t>(b) * kColBytes<kQ4>;
+    const uint8_t* col = P + static_cast<size_t>(b) * kPackColBytes<kQ4>;
     const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col)));
     __m512i is[C];
     for (int c = 0; c < C; ++c) is[c] = offset<kQ4>(a[c][b]);
@@ -109,11 +106,11 @@ EG_AVX512_VNNI void tile_groups(const uint8_t* P, size_t gs, int64_t nb, const A
     const __m512i off = offset<kQ4>(a[b]);
     const __m512 dx = _mm512_set1_ps(a[b].d);
     for (int g = 0; g < G; ++g) {
-      const uint8_t* col = P + g * gs + static_cast<size_t>(b) * kColBytes<kQ4>;
+      const uint8_t* col = P + g * gs + static_cast<size_t>(b) * kPackColBytes<kQ4>;
       // Software prefetch kDecodeAhead columns ahead in each of the G streams (a prefetch never
       // faults, so the last columns' prefetches past the group are harmless).
-      for (size_t l = 0; l < kColBytes<kQ4>; l += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(col + kDecodeAhead * kColBytes<kQ4> + l), _MM_HINT_T0);
+      for (size_t l = 0; l < kPackColBytes<kQ4>; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(col + kDecodeAhead * kPackColBytes<kQ4> + l), _MM_HINT_T0);
       __m512i ia = off, ib = _mm512_setzero_si512();
       block_dots<kQ4>(col, a[b], ia, ib);
       const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(col)));
@@ -141,7 +138,7 @@ template <bool kQ4>
 void gemm(const void* packed, int64_t K, int64_t n0, int64_t n1, const void* acts, size_t a_row_bytes,
           int64_t T, float* y, int64_t ldy) {
   const int64_t nb = K / 32;
-  const size_t gs = static_cast<size_t>(nb) * kColBytes<kQ4>;  // bytes per 16-row group
+  const size_t gs = static_cast<size_t>(nb) * kPackColBytes<kQ4>;  // bytes per 16-row group
   const auto* base = static_cast<const uint8_t*>(packed);
   const auto* ab = static_cast<const uint8_t*>(acts);
   const int64_t g0 = n0 / kPackRows, g1 = n1 / kPackRows;
