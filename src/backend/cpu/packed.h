@@ -49,7 +49,7 @@ constexpr int64_t kPackRows = 16;  // rows per interleaved group
 
 /// Bytes of one block column of a 16-row group: 16 Q4_0 blocks (18 B each) or 16 Q8_0 blocks (34 B).
 template <bool kQ4>
-constexpr size_t kPackColBytes = kQ4 ? 16 * 18 : 16 * 34;
+constexpr size_t kPackColBytes = static_cast<size_t>(kPackRows) * (kQ4 ? 18 : 34);
 
 /// True when weights of type t have a packed layout and this machine has its kernel
 /// (block types: AVX-512 VNNI; float types: AVX-512F; EDGEGEMMA_REPACK=0 in the environment
