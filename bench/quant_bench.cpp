@@ -127,6 +127,8 @@ void PackedArgs(benchmark::internal::Benchmark* b) {
   for (int64_t n_k : {1536 * 10000 + 1152, 1152 * 10000 + 1024, 6912 * 10000 + 1152, 1152 * 10000 + 6912})
     b->Args({0, n_k / 10000, n_k % 10000, 512, 1});
   b->Args({1, 6912, 1152, 512, 1});  // Q8_0 gate at pp512 (EDGEGEMMA_AMX=0: the VNNI kernel)
+  b->Args({4, 6912, 1152, 512, 1});  // BF16 gate and down at pp512: the f32-fma prefill tile
+  b->Args({4, 1152, 6912, 512, 1});
   for (int pk = 0; pk < 2; ++pk) {  // gemma-4-e2b: the Q6_K LM head, the F32 per-layer projection
     b->Args({2, 262144, 1536, 1, pk});
     b->Args({2, 256, 1536, 1, pk});  // in L2: the kernel's compute rate

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/packed.h"
@@ -302,9 +303,12 @@ std::vector<uint8_t> half_weights(DType t, int64_t N, int64_t K, uint32_t seed, 
 }
 
 TEST(PackedKernels, FloatLayoutsMatchReferenceAndFloat64) {
-  for (DType t : {DType::F16, DType::BF16}) {
+  // N = 96 and 80: an even and an odd number of 16-row groups (the prefill tile takes groups in
+  // pairs); T up to 50: tiles of 12, 8, 4, 2 and 1 tokens and a second 48-token tile.
+  for (const auto& [t, N] : {std::pair{DType::F16, int64_t{96}}, std::pair{DType::BF16, int64_t{96}},
+                             std::pair{DType::BF16, int64_t{80}}}) {
     if (!eg::cpu::packed_available(t)) GTEST_SKIP() << "no packed kernel on this machine";
-    const int64_t N = 96, K = 192;
+    const int64_t K = 192;
     std::vector<double> w64;
     const auto q = half_weights(t, N, K, 51, &w64);
     const auto p = packed_copy(t, q, N, K);
@@ -315,7 +319,7 @@ TEST(PackedKernels, FloatLayoutsMatchReferenceAndFloat64) {
     }
     eg::ops::Weight W{q.data(), t, N, K};
     W.packed = p.data();
-    for (int64_t T : {1, 3, 8, 11}) {
+    for (int64_t T : {1, 3, 8, 11, 12, 29, 50}) {
       const auto x = randn(static_cast<size_t>(T * K), 60 + static_cast<uint32_t>(T), 1.0f);
       std::vector<float> ref(T * N), got(T * N);
       eg::cpu::packed_gemm_float_reference(t, p.data(), K, 0, N, x.data(), T, ref.data(), N);
