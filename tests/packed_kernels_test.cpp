@@ -128,7 +128,7 @@ TEST(PackedKernels, ReferenceEqualsDirectDotAndQdot) {
 TEST(PackedKernels, MachineKernelEqualsReference) {
   for (DType t : kTypes) {
     if (!eg::cpu::packed_available(t)) GTEST_SKIP() << "no packed kernel on this machine";
-    const int64_t N = 112, K = 320;  // 7 groups: decode runs 4 + 2 + 1 groups
+    const int64_t N = 112, K = 320;  // 7 groups: decode runs 4 + 2 + 1 groups, prefill 3 pairs + 1
     const auto q = quantized(t, N, K, 21);
     const auto p = packed_copy(t, q, N, K);
     for (int64_t T : {1, 2, 5, 8, 9, 16, 17, 33, 48}) {

@@ -8,10 +8,11 @@
 // −128·Σq_x (Q8_0), so each lane ends with the exact Σ q_w·q_x of packed.h. Then, per block,
 // acc = fma(d_w·d_x, float(isum), acc): the arithmetic of packed.h, lane by lane.
 //
-// Tiles: prefill runs 1 group (16 rows) × 8 tokens per pass (8 independent integer chains hide
-// the vpdpbusd latency; each unpacked chunk feeds 8 tokens), after the full 16-token tiles that
-// go to the AMX kernel where it is turned on (packed_amx.cpp, EDGEGEMMA_AMX=1); decode runs 4 groups × 1 token, with
-// two integer chains per group. Compiled with function-level targets, so the rest of the binary
+// Tiles: prefill runs 2 groups (32 rows) × 6 tokens per pass (12 independent integer chains hide
+// the vpdpbusd latency; each activation broadcast feeds both groups, each unpacked chunk 6 tokens;
+// an odd last group takes 1 group × 8 tokens), after the full 16-token tiles that go to the AMX
+// kernel where it is turned on (packed_amx.cpp, EDGEGEMMA_AMX=1); decode runs 4 groups × 1 token,
+// with two integer chains per group. Compiled with function-level targets, so the rest of the binary
 // keeps its baseline ISA; packed_avx512_supported() checks the CPU at run time.
 #include <cstddef>
 #include <cstdint>
@@ -95,6 +96,60 @@ EG_AVX512_VNNI void tile_tokens(const uint8_t* P, int64_t nb, const ActQ8* const
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(y[c], acc[c]);
 }
 
+// Prefill on two groups at once (group 1 gs bytes after group 0) × C tokens (C ≤ 6): each
+// activation broadcast feeds both groups' vpdpbusd, halving the broadcast loads per product
+// (one per product in the 1-group tile); 12 integer chains, 12 f32 accumulators. Same integer sums
+// and the same fma chain per output as tile_tokens, so the results are bit-identical.
+template <bool kQ4, int C>
+EG_AVX512_VNNI void tile_tokens2(const uint8_t* P, size_t gs, int64_t nb, const ActQ8* const* a, float* const* y) {
+  const __m512i m4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[2][C];
+  for (int g = 0; g < 2; ++g)
+    for (int c = 0; c < C; ++c) acc[g][c] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* col0 = P + static_cast<size_t>(b) * kPackColBytes<kQ4>;
+    const uint8_t* cols[2] = {col0, col0 + gs};
+    __m512i is[2][C];
+    for (int c = 0; c < C; ++c) is[0][c] = is[1][c] = offset<kQ4>(a[c][b]);
+    if constexpr (kQ4) {
+      for (int j = 0; j < 4; ++j) {
+        __m512i lo[2], hi[2];
+        for (int g = 0; g < 2; ++g) {
+          const __m512i v = _mm512_loadu_si512(cols[g] + 32 + 64 * j);
+          lo[g] = _mm512_and_si512(v, m4);
+          hi[g] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        }
+        for (int c = 0; c < C; ++c) {
+          const auto* xq = reinterpret_cast<const int32_t*>(a[c][b].qs);
+          const __m512i x0 = _mm512_set1_epi32(xq[j]), x1 = _mm512_set1_epi32(xq[j + 4]);
+          for (int g = 0; g < 2; ++g) {
+            is[g][c] = _mm512_dpbusd_epi32(is[g][c], lo[g], x0);
+            is[g][c] = _mm512_dpbusd_epi32(is[g][c], hi[g], x1);
+          }
+        }
+      }
+    } else {
+      for (int j = 0; j < 8; ++j) {
+        const __m512i v0 = _mm512_loadu_si512(cols[0] + 32 + 64 * j), v1 = _mm512_loadu_si512(cols[1] + 32 + 64 * j);
+        for (int c = 0; c < C; ++c) {
+          const __m512i x = _mm512_set1_epi32(reinterpret_cast<const int32_t*>(a[c][b].qs)[j]);
+          is[0][c] = _mm512_dpbusd_epi32(is[0][c], v0, x);
+          is[1][c] = _mm512_dpbusd_epi32(is[1][c], v1, x);
+        }
+      }
+    }
+    for (int g = 0; g < 2; ++g) {
+      const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(cols[g])));
+      for (int c = 0; c < C; ++c) {
+        const __m512 dd = _mm512_mul_ps(dw, _mm512_set1_ps(a[c][b].d));
+        acc[g][c] = _mm512_fmadd_ps(dd, _mm512_cvtepi32_ps(is[g][c]), acc[g][c]);
+      }
+    }
+  }
+  for (int g = 0; g < 2; ++g)
+    for (int c = 0; c < C; ++c) _mm512_storeu_ps(y[c] + g * kPackRows, acc[g][c]);
+}
+
 // Decode: G groups (16 rows each, group stride gs bytes) × 1 token.
 // Columns ahead in each stream for the software prefetch (8 measured best: docs/performance.md).
 constexpr size_t kDecodeAhead = 8;
@@ -118,6 +173,18 @@ EG_AVX512_VNNI void tile_groups(const uint8_t* P, size_t gs, int64_t nb, const A
     }
   }
   for (int g = 0; g < G; ++g) _mm512_storeu_ps(y + 16 * g, acc[g]);
+}
+
+template <bool kQ4>
+void run_tokens2(const uint8_t* P, size_t gs, int64_t nb, const ActQ8* const* a, float* const* y, int C) {
+  switch (C) {
+    case 6: tile_tokens2<kQ4, 6>(P, gs, nb, a, y); break;
+    case 5: tile_tokens2<kQ4, 5>(P, gs, nb, a, y); break;
+    case 4: tile_tokens2<kQ4, 4>(P, gs, nb, a, y); break;
+    case 3: tile_tokens2<kQ4, 3>(P, gs, nb, a, y); break;
+    case 2: tile_tokens2<kQ4, 2>(P, gs, nb, a, y); break;
+    default: tile_tokens2<kQ4, 1>(P, gs, nb, a, y); break;
+  }
 }
 
 template <bool kQ4>
@@ -154,13 +221,19 @@ void gemm(const void* packed, int64_t K, int64_t n0, int64_t n1, const void* act
   const int64_t done = packed_amx_enabled()
                            ? packed_gemm_amx(kQ4 ? DType::Q4_0 : DType::Q8_0, packed, K, n0, n1, acts, a_row_bytes, T, y, ldy)
                            : 0;
-  constexpr int64_t kTok = 8;
+  // Token tiles of 6 on group pairs (tile_tokens2); an odd last group on the 1-group tile.
+  constexpr int64_t kTok = 6;
   for (int64_t t0 = done; t0 < T; t0 += kTok) {
     const int C = static_cast<int>(T - t0 < kTok ? T - t0 : kTok);
     const ActQ8* a[kTok];
+    float* yr[kTok];
     for (int c = 0; c < C; ++c) a[c] = reinterpret_cast<const ActQ8*>(ab + static_cast<size_t>(t0 + c) * a_row_bytes);
-    for (int64_t g = g0; g < g1; ++g) {
-      float* yr[kTok];
+    int64_t g = g0;
+    for (; g + 2 <= g1; g += 2) {
+      for (int c = 0; c < C; ++c) yr[c] = y + (t0 + c) * ldy + g * kPackRows;
+      run_tokens2<kQ4>(base + g * gs, gs, nb, a, yr, C);
+    }
+    if (g < g1) {
       for (int c = 0; c < C; ++c) yr[c] = y + (t0 + c) * ldy + g * kPackRows;
       run_tokens<kQ4>(base + g * gs, nb, a, yr, C);
     }
