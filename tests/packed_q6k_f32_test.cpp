@@ -31,7 +31,8 @@
 
 namespace {
 
-// Q6_K packing is opt-in (packed_by_default); this binary turns it on before anything reads it.
+// Q6_K packing is on by default (packed_by_default) unless EDGEGEMMA_REPACK_Q6K=0 is set; this
+// binary sets it to 1 before anything reads it, so the packed path is tested in any environment.
 const bool kQ6KOn = (setenv("EDGEGEMMA_REPACK_Q6K", "1", 1), true);
 
 using eg::DType;

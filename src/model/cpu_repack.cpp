@@ -1,11 +1,12 @@
 // Model::repack_for_cpu (model.h): packed copies of the matmul weights for the CPU kernels.
 //
 // Each eligible weight (backend/cpu/packed.h: rows % 16 == 0; Q4_0, Q8_0, F16, BF16 or F32, and
-// Q6_K only with EDGEGEMMA_REPACK_Q6K=1; a machine with the kernel: packed_by_default) is packed
+// Q6_K unless EDGEGEMMA_REPACK_Q6K=0; a machine with the kernel: packed_by_default) is packed
 // into its own 64-byte aligned buffer, group by group on the thread pool, and then the pages of the mapped file it came from are released (MappedFile::release_pages), one
 // tensor at a time, so the peak resident memory is the model plus one tensor, not twice the
-// model. Weight::data keeps pointing into the mapping: row lookups (the tied embedding) and other
-// backends read the original bytes, which the kernel page-faults back in if needed.
+// model. Weight::data keeps pointing into the mapping: other backends read the original bytes,
+// which the kernel page-faults back in if needed; the tied embedding's row lookups read the packed
+// copy (Model::embed, cpu::unpack_row), so they do not.
 #include <algorithm>
 #include <cstdlib>
 #include <memory>

@@ -69,7 +69,7 @@ class Model {
   const ModelWeights& weights() const { return w_; }
 
   /// Gives every matmul weight that has an interleaved CPU layout on this machine
-  /// (backend/cpu/packed.h: Q4_0, Q8_0 with AVX-512 VNNI, Q6_K too with EDGEGEMMA_REPACK_Q6K=1;
+  /// (backend/cpu/packed.h: Q4_0, Q8_0 and Q6_K with AVX-512 VNNI (Q6_K off with EDGEGEMMA_REPACK_Q6K=0);
   /// F16, BF16, F32 with AVX-512F)
   /// its packed copy, and releases the mapped pages it came from, so resident memory does not
   /// grow (model/cpu_repack.cpp). Idempotent; block-quantized results are bit-identical before

@@ -108,7 +108,7 @@ bool packed_by_default(DType t) {
   if (t != DType::Q6_K) return true;
   static const bool q6k = [] {
     const char* e = std::getenv("EDGEGEMMA_REPACK_Q6K");
-    return e != nullptr && std::strcmp(e, "1") == 0;
+    return e == nullptr || std::strcmp(e, "0") != 0;
   }();
   return q6k;
 }

@@ -57,8 +57,8 @@ constexpr size_t kPackColBytes = static_cast<size_t>(kPackRows) * (kQ4 ? 18 : 34
 bool packed_available(DType t);
 
 /// True when Model::repack_for_cpu packs weights of type t: packed_available(t), and for Q6_K
-/// only when EDGEGEMMA_REPACK_Q6K=1 (its kernel is exact but measured no faster than the row
-/// kernel on the development VM: docs/performance.md, 2026-12-02).
+/// unless EDGEGEMMA_REPACK_Q6K=0 (its kernel is exact; no faster than the row kernel on a Zen 4
+/// VM, +16% E2B decode on Zen 5: docs/performance.md, 2026-12-02 and 2026-12-07).
 bool packed_by_default(DType t);
 
 /// True when a [rows, cols] weight of type t can be packed (rows % 16 == 0, cols % 32 == 0,
