@@ -8,7 +8,10 @@
 // gemma-4-31b (K=V full layers; large). MoE (gemma-4-26b-a4b) is refused.
 //
 //   cuda_decode_bench [-p 512] [-n 128] [--model gemma-3-1b] [--check 8] [--variants 1] [--embed q8_0|q6_k]
-//                     [--batch B]
+//                     [--batch B] [--type q4_0|q8_0|bf16]
+//
+// --type: the layer matrices' type (default q4_0); bf16 makes the embedding BF16 too (an HF BF16
+// checkpoint), q8_0 keeps the Q8_0 embedding (`edgegemma quantize --type q8_0`).
 //
 // Reports pp (prefill of the -p prompt in one call: the GEMM prefill unless EG_CUDA_PREFILL=steps;
 // timed after one untimed prefill of the same length), tg through prefill(&id, 1, Last) (what
@@ -204,7 +207,8 @@ void variants(const Model& m, int n_prompt) {
 int main(int argc, char** argv) {
   int n_prompt = 512, n_gen = 128, n_check = 8, n_variants = 1;
   int n_batch = 0;  // --batch B: also the batched decode of B caches in one workspace
-  bool embed_q6k = false;  // --embed q6_k: the embedding / LM head Q6_K (llama-quantize's Q4_0 recipe at H % 256 == 0)
+  bool embed_q6k = false;
+  DType matrix_type = DType::Q4_0;  // --embed q6_k: the embedding / LM head Q6_K (llama-quantize's Q4_0 recipe at H % 256 == 0)
   std::string name = "gemma-3-1b";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -222,6 +226,16 @@ int main(int argc, char** argv) {
       embed_q6k = v == "q6_k";
     }
     else if (a == "--batch") n_batch = std::atoi(argv[i + 1]);
+    else if (a == "--type") {
+      const std::string v = argv[i + 1];
+      if (v == "q4_0") matrix_type = DType::Q4_0;
+      else if (v == "q8_0") matrix_type = DType::Q8_0;
+      else if (v == "bf16") matrix_type = DType::BF16;
+      else {
+        std::fprintf(stderr, "cuda_decode_bench: --type takes q4_0, q8_0 or bf16, not '%s'\n", v.c_str());
+        return 2;
+      }
+    }
   }
   try {
     if (!cuda::device_available()) {
@@ -229,9 +243,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     auto t0 = Clock::now();
-    auto m = synth::synth_model(name, nlohmann::json::object(), DType::Q4_0, 0x9E3779B97F4A7C15ull,
-                                embed_q6k ? DType::Q6_K : DType::Q8_0);
-    std::printf("synthetic %s (Q4_0, %s embedding%s): %.1f s to build\n", name.c_str(), embed_q6k ? "Q6_K" : "Q8_0",
+    const DType embed_type = embed_q6k ? DType::Q6_K : matrix_type == DType::BF16 ? DType::BF16 : DType::Q8_0;
+    auto m = synth::synth_model(name, nlohmann::json::object(), matrix_type, 0x9E3779B97F4A7C15ull, embed_type);
+    std::printf("synthetic %s (%s, %s embedding%s): %.1f s to build\n", name.c_str(), dtype_name(matrix_type),
+                dtype_name(embed_type),
                 m->config().ple_dim > 0 ? ", Q8_0 PLE table, f32 PLE projection" : "", secs(t0));
     t0 = Clock::now();
     auto e = make_executor(*m, parse_device("cuda"));
