@@ -207,8 +207,8 @@ void variants(const Model& m, int n_prompt) {
 int main(int argc, char** argv) {
   int n_prompt = 512, n_gen = 128, n_check = 8, n_variants = 1;
   int n_batch = 0;  // --batch B: also the batched decode of B caches in one workspace
-  bool embed_q6k = false;
-  DType matrix_type = DType::Q4_0;  // --embed q6_k: the embedding / LM head Q6_K (llama-quantize's Q4_0 recipe at H % 256 == 0)
+  bool embed_q6k = false;  // --embed q6_k: the embedding / LM head Q6_K (llama-quantize's Q4_0 recipe at H % 256 == 0)
+  DType matrix_type = DType::Q4_0;  // --type: the layer matrices
   std::string name = "gemma-3-1b";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
