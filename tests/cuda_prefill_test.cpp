@@ -277,6 +277,22 @@ TEST(CudaPrefill, SyntheticGemma4MatchesCpuAndSteps) {
   check_model(*m, "synth gemma4 Q4_0 (PLE, KV-shared)", 1e-2f, 0.6f, 20, false, 1.5e-2f);
 }
 
+// The same model with BF16 and Q8_0 matrices and an intermediate size of 3,072: the double-wide
+// layers' down projection has K = 6,144, whose f32 input stage is 48 KiB of shared memory exactly
+// (gemma-4-e2b BF16 stopped with "invalid argument" there; cuda_fused_test.cpp). The matrices are
+// drawn like Q4_0 ones (cuda_synth_model.h), so neither model is chaotic. Same bounds as Q4_0.
+TEST(CudaPrefill, SyntheticGemma4Bf16AndQ8_0WithADoubleWideMlpMatchCpuAndSteps) {
+  SKIP_WITHOUT_GPU();
+  nlohmann::json o = gemma4_small();
+  o["intermediate_size"] = 3072;
+  for (DType t : {DType::BF16, DType::Q8_0}) {
+    auto m = synth::synth_model("gemma-4-e2b", o, t);
+    ASSERT_EQ(m->config().layers[5].intermediate_size, 6144);
+    check_model(*m, std::string("synth gemma4 ") + dtype_name(t) + " (double-wide MLP at 6144)", 1e-2f, 0.6f, 20, false,
+                1.5e-2f);
+  }
+}
+
 TEST(CudaPrefill, TinyGgufsMatchCpuAndSteps) {
   SKIP_WITHOUT_GPU();
   int found = 0;

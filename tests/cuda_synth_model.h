@@ -19,7 +19,8 @@
 // types, the last layer full, num_kv_shared_layers reduced by the layers cut), then the overrides
 // apply (so they may set num_kv_shared_layers or layer_types themselves); a vocab_size override
 // without vocab_size_per_layer_input sets the PLE vocabulary to the same size. Gemma 2/3 models
-// are byte-identical to what this header made before Gemma 4 (same tensors, same random stream).
+// are byte-identical to what this header made before Gemma 4 (same tensors, same random stream),
+// except Q8_0 matrices, made like Q4_0 ones since 2026-12-07 (random_tensor's q8_like_q4).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -49,7 +50,13 @@ struct Rng {
 };
 
 // Random blocks of a quantized type (scale d in [lo, hi)), or values in [-hi, hi) for F32/F16/BF16.
-inline std::shared_ptr<std::vector<uint8_t>> random_tensor(Rng& g, DType t, int64_t rows, int64_t cols, float lo, float hi) {
+// Q8_0 codes are uniform bytes, or with `q8_like_q4` (the layer matrices; F16/BF16 below) a Q4_0 code times 16 plus
+// a finer step: c = clamp(16·(a − 8) + (b − 8), ±127) for random nibbles a, b, and scale d/16, so
+// that a Q8_0 matrix is the same random function as a Q4_0 one (same spread, same slightly
+// negative mean, −d/2). Uniform bytes (mean 0) made the synthetic E2B chaotic: on the CPU alone
+// an f16 instead of an f32 KV cache changed 9 of 9 greedy ids (2026-12-07).
+inline std::shared_ptr<std::vector<uint8_t>> random_tensor(Rng& g, DType t, int64_t rows, int64_t cols, float lo, float hi,
+                                                           bool q8_like_q4 = false) {
   auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(rows) * dtype_row_bytes(t, cols));
   uint8_t* p = buf->data();
   const size_t n = buf->size();
@@ -58,9 +65,17 @@ inline std::shared_ptr<std::vector<uint8_t>> random_tensor(Rng& g, DType t, int6
       const uint64_t r = g.next();
       std::memcpy(p + i, &r, 8);
     }
+    const bool remap = t == DType::Q8_0 && q8_like_q4;
+    if (remap) {
+      for (size_t i = 0; i < n; ++i) {
+        const int c = 16 * ((p[i] >> 4) - 8) + ((p[i] & 15) - 8);
+        p[i] = static_cast<uint8_t>(static_cast<int8_t>(c < -127 ? -127 : c));
+      }
+    }
     const size_t bb = t == DType::Q4_0 ? 18 : 34;
+    const float unit = remap ? 1.0f / 16.0f : 1.0f;
     for (size_t b = 0; b < n / bb; ++b) {
-      const uint16_t d = f32_to_f16(lo + (hi - lo) * g.uniform());
+      const uint16_t d = f32_to_f16(unit * (lo + (hi - lo) * g.uniform()));
       std::memcpy(p + b * bb, &d, 2);
     }
   } else if (t == DType::Q6_K) {
@@ -76,11 +91,15 @@ inline std::shared_ptr<std::vector<uint8_t>> random_tensor(Rng& g, DType t, int6
       std::memcpy(p + b * bb + 208, &d, 2);
     }
   } else {
-    // Dense values: about the spread of a Q4_0 block of scale hi (uniform in ±8·hi·0.6).
+    // Dense values: about the spread of a Q4_0 block of scale hi (uniform in ±8·hi·0.6); with
+    // q8_like_q4 (F16/BF16 layer matrices) the continuous form of a Q4_0 weight, d·x with d in
+    // [lo, hi) and x uniform in [−8.5, 7.5) (mean −d/2; zero-mean matrices made E2B chaotic too).
     const float a = t == DType::F32 ? hi : 5.0f * hi;
     const size_t es = dtype_size(t);
+    const bool like_q4 = q8_like_q4 && t != DType::F32;
     for (size_t i = 0; i < n / es; ++i) {
-      const float v = a * (2.0f * g.uniform() - 1.0f);
+      const float v = like_q4 ? (lo + (hi - lo) * g.uniform()) * (16.0f * g.uniform() - 8.5f)
+                              : a * (2.0f * g.uniform() - 1.0f);
       if (t == DType::F32) std::memcpy(p + 4 * i, &v, 4);
       else {
         const uint16_t b = t == DType::F16 ? f32_to_f16(v) : f32_to_bf16(v);
@@ -91,9 +110,10 @@ inline std::shared_ptr<std::vector<uint8_t>> random_tensor(Rng& g, DType t, int6
   return buf;
 }
 
-inline void add(TensorStore& st, Rng& g, const std::string& name, DType t, std::vector<int64_t> shape, float lo, float hi) {
+inline void add(TensorStore& st, Rng& g, const std::string& name, DType t, std::vector<int64_t> shape, float lo, float hi,
+                bool matrix = false) {
   const int64_t rows = shape.size() == 2 ? shape[0] : 1, cols = shape.back();
-  auto buf = random_tensor(g, t, rows, cols, lo, hi);
+  auto buf = random_tensor(g, t, rows, cols, lo, hi, matrix);
   TensorInfo ti;
   ti.name = name;
   ti.dtype = t;
@@ -160,13 +180,13 @@ inline std::unique_ptr<Model> synth_model(const std::string& name, const nlohman
     const int64_t qd = static_cast<int64_t>(cfg.n_heads) * lc.head_dim, kvd = static_cast<int64_t>(lc.n_kv_heads) * lc.head_dim;
     const int64_t I = lc.intermediate_size;
     const bool own_kv = lc.kv_source < 0;
-    add(st, g, L + "self_attn.q_proj.weight", mt, {qd, H}, 0.002f, 0.004f);
-    if (own_kv) add(st, g, L + "self_attn.k_proj.weight", mt, {kvd, H}, 0.002f, 0.004f);
-    if (own_kv && !lc.k_eq_v) add(st, g, L + "self_attn.v_proj.weight", mt, {kvd, H}, 0.002f, 0.004f);
-    add(st, g, L + "self_attn.o_proj.weight", mt, {H, qd}, 0.002f, 0.004f);
-    add(st, g, L + "mlp.gate_proj.weight", mt, {I, H}, 0.002f, 0.004f);
-    add(st, g, L + "mlp.up_proj.weight", mt, {I, H}, 0.002f, 0.004f);
-    add(st, g, L + "mlp.down_proj.weight", mt, {H, I}, 0.001f, 0.002f);
+    add(st, g, L + "self_attn.q_proj.weight", mt, {qd, H}, 0.002f, 0.004f, true);
+    if (own_kv) add(st, g, L + "self_attn.k_proj.weight", mt, {kvd, H}, 0.002f, 0.004f, true);
+    if (own_kv && !lc.k_eq_v) add(st, g, L + "self_attn.v_proj.weight", mt, {kvd, H}, 0.002f, 0.004f, true);
+    add(st, g, L + "self_attn.o_proj.weight", mt, {H, qd}, 0.002f, 0.004f, true);
+    add(st, g, L + "mlp.gate_proj.weight", mt, {I, H}, 0.002f, 0.004f, true);
+    add(st, g, L + "mlp.up_proj.weight", mt, {I, H}, 0.002f, 0.004f, true);
+    add(st, g, L + "mlp.down_proj.weight", mt, {H, I}, 0.001f, 0.002f, true);
     for (const char* n : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
                           "post_feedforward_layernorm"})
       norm(L + n + ".weight", H);
@@ -176,8 +196,8 @@ inline std::unique_ptr<Model> synth_model(const std::string& name, const nlohman
     }
     if (cfg.layer_scalar) add_uniform(st, g, L + "layer_scalar", {1}, 0.5f, 1.0f);
     if (P > 0) {
-      add(st, g, L + "per_layer_input_gate.weight", mt, {P, H}, 0.002f, 0.004f);
-      add(st, g, L + "per_layer_projection.weight", mt, {H, P}, 0.002f, 0.004f);
+      add(st, g, L + "per_layer_input_gate.weight", mt, {P, H}, 0.002f, 0.004f, true);
+      add(st, g, L + "per_layer_projection.weight", mt, {H, P}, 0.002f, 0.004f, true);
       norm(L + "post_per_layer_input_norm.weight", H);
     }
   }

@@ -507,8 +507,7 @@ void attention_cluster(const Stream& s, const QKVHeadArgs& qa, const AttentionAr
   const int tk = tile_keys > 0 ? tile_keys : default_tile_keys(hd, aa.kv);
   const size_t smem = cluster_smem_bytes(hd, aa.kv, heads_per_cta, tk);
   const ClusterKernel k = cluster_kernel(hd, aa.kv, cluster_ctas);
-  if (smem > 48 * 1024)
-    EG_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  detail::ensure_dynamic_smem(k, smem, "attention_cluster");
   if (cluster_ctas > 8) EG_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
   cudaLaunchConfig_t lc = {};
   lc.gridDim = dim3(static_cast<unsigned>(cluster_ctas), static_cast<unsigned>(aa.n_heads / heads_per_cta));

@@ -1,6 +1,9 @@
 // Device query, streams, device and pinned host buffers, graphs, events and event timers
 // (cuda_backend.h).
 #include <atomic>
+#include <mutex>
+#include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "backend/cuda/cuda_backend.h"
@@ -14,6 +17,34 @@ std::atomic<bool> g_pdl{false};
 }
 
 bool detail::pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
+
+void detail::ensure_dynamic_smem(const void* k, size_t dynamic_bytes, const char* what) {
+  struct Entry {
+    size_t static_bytes = 0, raised_to = 0;
+  };
+  static std::mutex mu;
+  static std::unordered_map<const void*, Entry> seen;  // kernels of this process, all devices alike
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = seen.find(k);
+  if (it == seen.end()) {
+    cudaFuncAttributes fa{};
+    EG_CUDA_CHECK(cudaFuncGetAttributes(&fa, k));
+    it = seen.emplace(k, Entry{fa.sharedSizeBytes, 0}).first;
+  }
+  Entry& e = it->second;
+  const size_t total = e.static_bytes + dynamic_bytes;
+  if (total <= 48 * 1024 || dynamic_bytes <= e.raised_to) return;
+  int dev = 0, optin = 0;
+  EG_CUDA_CHECK(cudaGetDevice(&dev));
+  EG_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (total > static_cast<size_t>(optin)) {
+    throw Error(std::string("CUDA ") + what + ": needs " + std::to_string(dynamic_bytes) + " bytes of dynamic + " +
+                std::to_string(e.static_bytes) + " of static shared memory per block; the device allows " +
+                std::to_string(optin));
+  }
+  EG_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(dynamic_bytes)));
+  e.raised_to = dynamic_bytes;
+}
 
 bool set_programmatic_launch(bool on) {
 #if CUDART_VERSION >= 12000

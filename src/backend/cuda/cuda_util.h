@@ -49,6 +49,19 @@ __device__ __forceinline__ void quantize_block_warp(float v, int lane, int64_t b
   if (lane == 0) meta[b] = make_int2(__float_as_int(d), sum);
 }
 
+/// Lets kernel `k` launch with `dynamic_bytes` of dynamic shared memory on the current device.
+/// The default limit (48 KiB) covers static + dynamic shared memory together, so a kernel with
+/// static arrays fails with "invalid argument" at exactly 48 KiB of dynamic memory: this raises
+/// cudaFuncAttributeMaxDynamicSharedMemorySize whenever static + dynamic passes 48 KiB, only ever
+/// upwards (launches captured into a graph earlier keep their room). Throws Error naming `what`
+/// and the sizes when static + dynamic passes the device's opt-in limit (227 KiB on sm_90).
+/// Thread-safe; one attribute query per kernel.
+void ensure_dynamic_smem(const void* k, size_t dynamic_bytes, const char* what);
+template <class... P>
+void ensure_dynamic_smem(void (*k)(P...), size_t dynamic_bytes, const char* what) {
+  ensure_dynamic_smem(reinterpret_cast<const void*>(k), dynamic_bytes, what);
+}
+
 /// Launches kernel k<<<grid, block, smem, st>>>(args...), with PDL when `pdl` (CUDA 12+ only).
 template <class... P, class... A>
 void launch_kernel_smem(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, bool pdl, A&&... args) {

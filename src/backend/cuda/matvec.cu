@@ -123,9 +123,9 @@ Args weight_args(const Stream& s, const DeviceWeight& W, bool argmax, MatvecConf
 template <DType T, int kEpi, bool kStage>
 void launch_typed(const Args& a, int64_t grid, size_t smem, cudaStream_t st, bool pdl) {
   auto* k = matvec_kernel<T, kEpi, kStage>;
-  if (smem > 48 * 1024) {
-    EG_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  }
+  // The input stage's activation + scratch (48 KiB exactly for an f32 K = 6,144 stage, which with
+  // the static arrays passes the default limit: E2B's BF16 down projection).
+  if (smem > 0) detail::ensure_dynamic_smem(k, smem, "matvec (fused input stage)");
   detail::launch_kernel_smem(k, dim3(static_cast<unsigned>(grid)), dim3(kThreads), smem, st, pdl, a);
 }
 

@@ -341,7 +341,7 @@ void attention_prefill(const Stream& s, const AttentionArgs& a, int T, int pos0,
   const Kernel k = qw == 4 ? pick<4>(nc, a.kv) : pick<2>(nc, a.kv);
   const int bq = kWarps * qw;
   const size_t smem = static_cast<size_t>(bq * hd + kBK * (hd + 4) + kBK * hd) * sizeof(float);
-  EG_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  detail::ensure_dynamic_smem(k, smem, "attention_prefill");
   const dim3 grid(static_cast<unsigned>((T + bq - 1) / bq), static_cast<unsigned>(a.n_heads),
                   static_cast<unsigned>(n_splits));
   // Scratch: part_acc [n_splits][T][nh][hd], then part_ml [n_splits][T][nh][2].

@@ -282,7 +282,7 @@ int step_grid(const Stream& s, const StepPlan& p, int ctas_per_sm) {
   if (!coop) return 0;
   const StepFn k = pick(p);
   const size_t smem = smem_bytes(p);
-  EG_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  detail::ensure_dynamic_smem(k, smem, "persistent step");
   int per_sm = 0;
   EG_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kThreads, smem));
   per_sm = std::min(per_sm, std::max(1, ctas_per_sm));
@@ -294,7 +294,7 @@ void step_layers(const Stream& s, const StepPlan& p, int grid) {
   if (grid <= 0) throw Error("CUDA step_layers: no grid (step_grid returned 0)");
   const StepFn k = pick(p);
   const size_t smem = smem_bytes(p);
-  EG_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  detail::ensure_dynamic_smem(k, smem, "persistent step");
   StepPlan copy = p;
   void* args[] = {&copy};
   EG_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(k), dim3(static_cast<unsigned>(grid)),
