@@ -20,7 +20,8 @@
 // apply (so they may set num_kv_shared_layers or layer_types themselves); a vocab_size override
 // without vocab_size_per_layer_input sets the PLE vocabulary to the same size. Gemma 2/3 models
 // are byte-identical to what this header made before Gemma 4 (same tensors, same random stream),
-// except Q8_0 matrices, made like Q4_0 ones since 2026-12-07 (random_tensor's q8_like_q4).
+// except Q8_0/F16/BF16 layer matrices, drawn like Q4_0 ones since 2026-12-07 (random_tensor's
+// like_q4).
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -50,13 +51,13 @@ struct Rng {
 };
 
 // Random blocks of a quantized type (scale d in [lo, hi)), or values in [-hi, hi) for F32/F16/BF16.
-// Q8_0 codes are uniform bytes, or with `q8_like_q4` (the layer matrices; F16/BF16 below) a Q4_0 code times 16 plus
-// a finer step: c = clamp(16·(a − 8) + (b − 8), ±127) for random nibbles a, b, and scale d/16, so
+// Q8_0 codes are uniform bytes, or with `like_q4` (the layer matrices; F16/BF16 below) a Q4_0
+// code times 16 plus a finer step: c = clamp(16·(a − 8) + (b − 8), ±127) for random nibbles a, b, and scale d/16, so
 // that a Q8_0 matrix is the same random function as a Q4_0 one (same spread, same slightly
 // negative mean, −d/2). Uniform bytes (mean 0) made the synthetic E2B chaotic: on the CPU alone
 // an f16 instead of an f32 KV cache changed 9 of 9 greedy ids (2026-12-07).
 inline std::shared_ptr<std::vector<uint8_t>> random_tensor(Rng& g, DType t, int64_t rows, int64_t cols, float lo, float hi,
-                                                           bool q8_like_q4 = false) {
+                                                           bool like_q4 = false) {
   auto buf = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(rows) * dtype_row_bytes(t, cols));
   uint8_t* p = buf->data();
   const size_t n = buf->size();
@@ -65,7 +66,7 @@ inline std::shared_ptr<std::vector<uint8_t>> random_tensor(Rng& g, DType t, int6
       const uint64_t r = g.next();
       std::memcpy(p + i, &r, 8);
     }
-    const bool remap = t == DType::Q8_0 && q8_like_q4;
+    const bool remap = t == DType::Q8_0 && like_q4;
     if (remap) {
       for (size_t i = 0; i < n; ++i) {
         const int c = 16 * ((p[i] >> 4) - 8) + ((p[i] & 15) - 8);
@@ -92,13 +93,13 @@ inline std::shared_ptr<std::vector<uint8_t>> random_tensor(Rng& g, DType t, int6
     }
   } else {
     // Dense values: about the spread of a Q4_0 block of scale hi (uniform in ±8·hi·0.6); with
-    // q8_like_q4 (F16/BF16 layer matrices) the continuous form of a Q4_0 weight, d·x with d in
+    // like_q4 (F16/BF16 layer matrices) the continuous form of a Q4_0 weight, d·x with d in
     // [lo, hi) and x uniform in [−8.5, 7.5) (mean −d/2; zero-mean matrices made E2B chaotic too).
     const float a = t == DType::F32 ? hi : 5.0f * hi;
     const size_t es = dtype_size(t);
-    const bool like_q4 = q8_like_q4 && t != DType::F32;
+    const bool dense_q4 = like_q4 && t != DType::F32;
     for (size_t i = 0; i < n / es; ++i) {
-      const float v = like_q4 ? (lo + (hi - lo) * g.uniform()) * (16.0f * g.uniform() - 8.5f)
+      const float v = dense_q4 ? (lo + (hi - lo) * g.uniform()) * (16.0f * g.uniform() - 8.5f)
                               : a * (2.0f * g.uniform() - 1.0f);
       if (t == DType::F32) std::memcpy(p + 4 * i, &v, 4);
       else {
@@ -111,9 +112,9 @@ inline std::shared_ptr<std::vector<uint8_t>> random_tensor(Rng& g, DType t, int6
 }
 
 inline void add(TensorStore& st, Rng& g, const std::string& name, DType t, std::vector<int64_t> shape, float lo, float hi,
-                bool matrix = false) {
+                bool like_q4 = false) {
   const int64_t rows = shape.size() == 2 ? shape[0] : 1, cols = shape.back();
-  auto buf = random_tensor(g, t, rows, cols, lo, hi, matrix);
+  auto buf = random_tensor(g, t, rows, cols, lo, hi, like_q4);
   TensorInfo ti;
   ti.name = name;
   ti.dtype = t;

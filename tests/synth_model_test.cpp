@@ -167,7 +167,7 @@ TEST(SynthModel, Gemma4MixtureOfExpertsIsRefused) {
 
 // Gemma 2/3 synthetic models are unchanged (the CUDA tests' measured bounds were taken on them):
 // the digests of the header as of commit 7f07864, except F16/BF16/Q8_0 matrices, drawn like Q4_0
-// ones since 2026-12-07 (random_tensor's q8_like_q4: the zero-mean ones made E2B chaotic).
+// ones since 2026-12-07 (random_tensor's like_q4: the zero-mean ones made E2B chaotic).
 TEST(SynthModel, Gemma23AreByteIdenticalToBefore) {
   EXPECT_EQ(digest(*synth::synth_model("gemma-3-1b", small23(false))), 0x5ad15d103bb29237ull);
   EXPECT_EQ(digest(*synth::synth_model("gemma-2-2b", small23(true))), 0x5eaf76bbf5a174a6ull);

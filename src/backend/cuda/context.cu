@@ -3,7 +3,7 @@
 #include <atomic>
 #include <mutex>
 #include <string>
-#include <unordered_map>
+#include <map>
 #include <utility>
 
 #include "backend/cuda/cuda_backend.h"
@@ -23,19 +23,20 @@ void detail::ensure_dynamic_smem(const void* k, size_t dynamic_bytes, const char
     size_t static_bytes = 0, raised_to = 0;
   };
   static std::mutex mu;
-  static std::unordered_map<const void*, Entry> seen;  // kernels of this process, all devices alike
+  static std::map<std::pair<const void*, int>, Entry> seen;  // the attribute is per kernel and device
+  int dev = 0;
+  EG_CUDA_CHECK(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(mu);
-  auto it = seen.find(k);
+  auto it = seen.find({k, dev});
   if (it == seen.end()) {
     cudaFuncAttributes fa{};
     EG_CUDA_CHECK(cudaFuncGetAttributes(&fa, k));
-    it = seen.emplace(k, Entry{fa.sharedSizeBytes, 0}).first;
+    it = seen.emplace(std::make_pair(k, dev), Entry{fa.sharedSizeBytes, 0}).first;
   }
   Entry& e = it->second;
   const size_t total = e.static_bytes + dynamic_bytes;
   if (total <= 48 * 1024 || dynamic_bytes <= e.raised_to) return;
-  int dev = 0, optin = 0;
-  EG_CUDA_CHECK(cudaGetDevice(&dev));
+  int optin = 0;
   EG_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
   if (total > static_cast<size_t>(optin)) {
     throw Error(std::string("CUDA ") + what + ": needs " + std::to_string(dynamic_bytes) + " bytes of dynamic + " +

@@ -55,7 +55,7 @@ __device__ __forceinline__ void quantize_block_warp(float v, int lane, int64_t b
 /// cudaFuncAttributeMaxDynamicSharedMemorySize whenever static + dynamic passes 48 KiB, only ever
 /// upwards (launches captured into a graph earlier keep their room). Throws Error naming `what`
 /// and the sizes when static + dynamic passes the device's opt-in limit (227 KiB on sm_90).
-/// Thread-safe; one attribute query per kernel.
+/// Thread-safe; one attribute query per kernel and device.
 void ensure_dynamic_smem(const void* k, size_t dynamic_bytes, const char* what);
 template <class... P>
 void ensure_dynamic_smem(void (*k)(P...), size_t dynamic_bytes, const char* what) {
