@@ -3,7 +3,8 @@
 #include <atomic>
 #include <mutex>
 #include <string>
-#include <map>
+#include <unordered_map>
+#include <vector>
 #include <utility>
 
 #include "backend/cuda/cuda_backend.h"
@@ -21,19 +22,24 @@ bool detail::pdl_enabled() { return g_pdl.load(std::memory_order_relaxed); }
 void detail::ensure_dynamic_smem(const void* k, size_t dynamic_bytes, const char* what) {
   struct Entry {
     size_t static_bytes = 0, raised_to = 0;
+    bool known = false;
   };
   static std::mutex mu;
-  static std::map<std::pair<const void*, int>, Entry> seen;  // the attribute is per kernel and device
+  // The attribute is per kernel and device: entry [dev] of the kernel's vector. (No std::map:
+  // nvcc 11.8's front end rejects libstdc++ 12's map.)
+  static std::unordered_map<const void*, std::vector<Entry>> seen;
   int dev = 0;
   EG_CUDA_CHECK(cudaGetDevice(&dev));
   std::lock_guard<std::mutex> lock(mu);
-  auto it = seen.find({k, dev});
-  if (it == seen.end()) {
+  std::vector<Entry>& per_dev = seen[k];
+  if (per_dev.size() <= static_cast<size_t>(dev)) per_dev.resize(static_cast<size_t>(dev) + 1);
+  Entry& e = per_dev[static_cast<size_t>(dev)];
+  if (!e.known) {
     cudaFuncAttributes fa{};
     EG_CUDA_CHECK(cudaFuncGetAttributes(&fa, k));
-    it = seen.emplace(std::make_pair(k, dev), Entry{fa.sharedSizeBytes, 0}).first;
+    e.static_bytes = fa.sharedSizeBytes;
+    e.known = true;
   }
-  Entry& e = it->second;
   const size_t total = e.static_bytes + dynamic_bytes;
   if (total <= 48 * 1024 || dynamic_bytes <= e.raised_to) return;
   int optin = 0;
